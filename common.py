@@ -545,18 +545,19 @@ def _normalise_answer(task, text: str):
     return None if answer is None else re.sub(r"\s+", "", answer)
 
 
-def score_group(task, problem: dict, samples: list[Sample], variant: str) -> dict:
-    """Per-problem statistics of a group of completions."""
+def score_group(task, problem: dict, samples: list[Sample], variants) -> dict:
+    """Per-problem statistics of a group of completions; rewards summed under each of `variants`."""
     grades = [task.grade(problem, s.text) for s in samples]
     return {"correct": sum(g == "correct" for g in grades), "n": len(samples),
-            "reward": sum(task.reward(problem, s.text, variant) for s in samples),
+            "reward": {v: sum(task.reward(problem, s.text, v) for s in samples) for v in variants},
             "formatted": sum(g != "no_answer" for g in grades),
             "length": sum(len(s.ids) for s in samples)}
 
 
 def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k: int = 8,
              temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
-             reward_variant: str = "original", greedy: bool = True, prefix: str = "") -> dict:
+             reward_variant: str = "original", greedy: bool = True, prefix: str = "",
+             all_rewards: bool = False) -> dict:
     """The one evaluation every script reports, so that numbers compare across algorithms.
 
     greedy/*  : one greedy completion per problem.
@@ -564,16 +565,20 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
     Each block: accuracy (fully correct), reward (mean, `reward_variant`), format_rate (an <answer> tag
     is present), length (mean completion tokens). Plus pass@k (unbiased estimator from the k samples)
     and maj@k (the most frequent answer string among the k, whitespace removed, is correct).
+    all_rewards: also report the mean reward under every variant of the task (reward_A, reward_B, ...).
     """
     metrics = {}
     modes = ([("greedy", SamplingConfig(1, max_new_tokens, 0.0))] if greedy else []) + (
         [("sampled", SamplingConfig(k, max_new_tokens, temperature, top_p))] if k > 0 else [])
     for mode, sc in modes:
         groups = engine.generate(prompts, sc)
-        stats = [score_group(task, p, g, reward_variant) for p, g in zip(problems, groups)]
+        variants = [reward_variant] + [v for v in task.REWARD_VARIANTS if all_rewards and v != reward_variant]
+        stats = [score_group(task, p, g, variants) for p, g in zip(problems, groups)]
         total = sum(s["n"] for s in stats)
         metrics[f"{prefix}{mode}/accuracy"] = sum(s["correct"] for s in stats) / total
-        metrics[f"{prefix}{mode}/reward"] = sum(s["reward"] for s in stats) / total
+        metrics[f"{prefix}{mode}/reward"] = sum(s["reward"][reward_variant] for s in stats) / total
+        for v in variants if all_rewards else []:
+            metrics[f"{prefix}{mode}/reward_{v}"] = sum(s["reward"][v] for s in stats) / total
         metrics[f"{prefix}{mode}/format_rate"] = sum(s["formatted"] for s in stats) / total
         metrics[f"{prefix}{mode}/length"] = sum(s["length"] for s in stats) / total
         if mode == "sampled":

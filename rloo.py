@@ -46,6 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # the algorithm
     p.add_argument("--steps", type=common.positive_int, default=150, help="optimizer steps (one per batch)")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start of this invocation (then evaluate and save as at --steps)")
     p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     p.add_argument("--k", type=int, default=8, help="samples per prompt (k >= 2)")
     p.add_argument("--beta", type=float, default=0.0, help="KL penalty folded into the reward ([CR]: 0)")
@@ -142,6 +144,7 @@ def draw_batch(engine, task, pool, prompts_of, step, args):
 
 
 def main(argv=None):
+    started = time.time()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
@@ -204,6 +207,7 @@ def main(argv=None):
         run.log(0, row)
         tqdm.write("step 0: " + "  ".join(f"{k}={v:.3f}" for k, v in row.items() if k.endswith("sampled/accuracy")))
     bar = tqdm(total=args.steps, initial=step, desc="rloo", dynamic_ncols=True)
+    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
     while step < args.steps:
         t0 = time.perf_counter()
         model.eval()
@@ -255,16 +259,19 @@ def main(argv=None):
                "logprob_gap": logprob_gap, "signal_share": float(signal_share), "grad_norm": grad_norm,
                "samples": len(samples), "time_generate": t_gen, "time_sync": t_sync,
                "time_step": time.perf_counter() - t0}
-        if step % args.eval_every == 0 or step == args.steps:
+        last = step == args.steps or time.time() >= deadline
+        if step % args.eval_every == 0 or last:
             row.update(evaluate())
             tqdm.write(f"step {step}: " + "  ".join(
                 f"{k}={row[k]:.3f}" for k in row if k.endswith("sampled/accuracy") or k in ("signal_share",)))
         run.log(step, row)
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}", gap=f"{logprob_gap:.1e}")
-        if step % args.save_every == 0 or step == args.steps:
+        if step % args.save_every == 0 or last:
             common.save_checkpoint(run.path("checkpoint"), model, tokenizer,
                                    {"step": step, "optimizer": optimizer.state_dict(), "rng": common.rng_state()})
+        if last:
+            break
     bar.close()
     common.save_checkpoint(run.path("final"), model, tokenizer)
     engine.close()

@@ -107,6 +107,12 @@ def test_evaluate_counts_accuracy_format_pass_and_majority():
     assert m["sampled/format_rate"] == pytest.approx(7 / 8)
     assert m["pass@4"] == 1.0
     assert m["maj@4"] == 0.5  # problem 1: "3*5+7" is the most frequent; problem 2: "2+4" (wrong) is
+    assert "greedy/reward_B" not in m
+    m = common.evaluate(engine, countdown, problems, [[1], [2]], k=4, reward_variant="A", all_rewards=True)
+    assert m["greedy/reward"] == m["greedy/reward_A"] == pytest.approx((1.0 - 0.0003 * 2) / 2)
+    assert m["greedy/reward_original"] == pytest.approx(0.5)
+    assert m["greedy/reward_B"] == pytest.approx((1.0 - 0.2) / 2)
+    assert m["sampled/reward_B"] == pytest.approx((3 * 1.0 + 4 * 0.0 - 0.2) / 8)
 
 
 def test_checkpoint_round_trip_and_interrupted_save_keeps_the_previous(tiny, tmp_path, monkeypatch):

@@ -122,6 +122,16 @@ def test_vllm_engine_stays_in_sync_during_training(weak_sft, tmp_path):
     assert rows[-1]["kl"] != 0.0  # the policy has moved away from the reference
 
 
+def test_time_limit_stops_training_then_evaluates_and_saves(weak_sft, tmp_path):
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "2",
+                           "--k", "2", "--steps", "1000", "--time-limit", "0.001", "--engine", "hf",
+                           "--out", str(tmp_path / "run")])
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out during the first step
+    assert "eval3/sampled/accuracy" in rows[-1]
+    assert os.path.isdir(os.path.join(out, "final"))
+
+
 @pytest.mark.parametrize("args,message", [
     (["--k", "1"], "--k must be at least 2"),
     (["--reward", "C"], "unknown --reward"),
