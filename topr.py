@@ -119,9 +119,10 @@ def taper(u: torch.Tensor, a: float, b: float) -> torch.Tensor:
 
     rho(u) = a (1 + ln(u/a)) if u < a;  b (1 + ln(u/b)) if u > b;  u otherwise.
     It is continuous with u rho'(u) = [u]_a^b, so the gradient of sum mu rho(pi/mu) R is Eq. 7.
+    Limits: a = 0 has no lower branch, b = inf no upper one, and b = 0 gives rho = 0 (the b -> 0 limit).
     """
     lower = a * (1 + torch.log(u / a)) if a > 0 else u
-    upper = b * (1 + torch.log(u / b)) if math.isfinite(b) else u
+    upper = b * (1 + torch.log(u / b)) if 0 < b < math.inf else (u if b == math.inf else torch.zeros_like(u))
     return torch.where(u < a, lower, torch.where(u > b, upper, u))
 
 
@@ -251,16 +252,17 @@ def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
             raise ValueError(f"--data {path}:{i}: needs a `problem` object and a `completion` string")
         if "lp_mu" in r and not (isinstance(r["lp_mu"], (int, float)) and math.isfinite(r["lp_mu"])):
             raise ValueError(f"--data {path}:{i}: lp_mu must be a finite number")
+        try:  # the task's own prompt and checker must accept the problem
+            task.prompt(r["problem"], "compact")
+            r.setdefault("grade", task.grade(r["problem"], r["completion"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"--data {path}:{i}: `problem` is not a {task.NAME} problem") from None
+        r.setdefault("prompt_index", json.dumps(r["problem"], sort_keys=True))
         if "prompt_ids" not in r:
             r["prompt_ids"] = common.encode_prompts(task, [r["problem"]], tokenizer, style)[0]
         if "completion_ids" not in r:
             eos = [tokenizer.eos_token_id] if r.get("finished", True) else []
             r["completion_ids"] = tokenizer(r["completion"], add_special_tokens=False)["input_ids"] + eos
-        r.setdefault("prompt_index", json.dumps(r["problem"], sort_keys=True))
-        try:
-            r.setdefault("grade", task.grade(r["problem"], r["completion"]))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"--data {path}:{i}: `problem` is not a {task.NAME} problem") from None
         rows.append(r)
     if not rows:
         raise ValueError(f"--data {path} holds no samples")
