@@ -161,11 +161,16 @@ def plot(results: dict, first: int, path: str) -> None:
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
-            if col == 1:
-                ax.set_xscale("symlog", linthresh=1000)
     axes[0][0].legend(loc="best", fontsize=9, title="one line per seed")
     fig.suptitle("Countdown: RL from one SFT checkpoint, same wall-clock budget")
     fig.savefig(path, dpi=110)
+
+
+def int_list(text: str, flag: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
 
 def main(argv=None):
@@ -176,12 +181,11 @@ def main(argv=None):
         unknown = [a for a in algorithms if a not in ALGORITHMS]
         if unknown:
             raise ValueError(f"--algorithms: unknown {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
-        seeds = [int(s) for s in args.seeds.split(",")]
-        sizes = [int(s) for s in args.num_numbers.split(",")]
+        seeds, sizes = int_list(args.seeds, "--seeds"), int_list(args.num_numbers, "--num-numbers")
         if args.sft and common.checkpoint_path(args.sft) is None and not os.path.isdir(args.sft):
             raise ValueError(f"--sft {args.sft}: no such checkpoint")
     except ValueError as e:
-        parser.error(str(e).replace("invalid literal for int() with base 10", "expected integers"))
+        parser.error(str(e))
     out = os.path.abspath(args.out)
     log_dir = os.path.join(out, "logs")
     os.makedirs(log_dir, exist_ok=True)
