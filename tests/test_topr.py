@@ -217,6 +217,7 @@ def test_naive_reinforce_collapses_and_topr_stays_bounded():
 # End to end on the tiny model: the data file, --data reuse, lp_mu recomputation, resume, bad input
 # ---------------------------------------------------------------------------------------------------
 RUN = ["--engine", "hf", "--threads", "1", "--seed", "0", "--num-numbers", "3", "--prompts", "6", "--n", "4",
+       "--train-size", "50",
        "--max-new-tokens", "12", "--batch-size", "8", "--eval-size", "3", "--eval-k", "2", "--lr", "1e-3",
        "--reward", "original", "--c", "0.05"]
 
@@ -314,7 +315,8 @@ def test_bad_input_gives_one_line_and_status_2(args, content, message, tiny_path
         (tmp_path / "d.jsonl").write_text(content)
         args = args + ["--data", str(tmp_path / "d.jsonl")]
     with pytest.raises(SystemExit) as e:
-        topr.main(["--model", tiny_path, "--out", str(tmp_path / "run"), "--engine", "hf"] + args)
+        topr.main(["--model", tiny_path, "--out", str(tmp_path / "run"), "--engine", "hf", "--train-size", "10",
+                   "--eval-size", "2"] + args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "run")
