@@ -91,6 +91,8 @@ def parse_args(argv=None):
                    help="trajectories per forward/backward pass: memory only, same gradient")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--num-numbers", default="3,4", help="puzzle sizes to train on, comma-separated")
+    p.add_argument("--problems", default=None,
+                   help="training puzzles from a JSONL file or the hub instead of the generator")
     # evaluation
     p.add_argument("--eval-every", type=common.positive_int, default=100)
     p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
@@ -156,7 +158,9 @@ def ce_loss(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-3) -> torc
     """
     y = target.clamp(max=0.0)
     x = torch.exp(y)
-    pred_c = pred + (pred.clamp(max=-eps) - pred).detach()  # straight-through clip
+    # straight-through clip: the forward value is exactly min(y_hat, -eps), the gradient that of y_hat (written
+    # as clamp + (y_hat - y_hat) so that the value is not rounded: y_hat + (clamp - y_hat) loses -eps at 1e6)
+    pred_c = pred.clamp(max=-eps).detach() + (pred - pred.detach())
     entropy = -(x * y + torch.special.xlogy(1 - x, -torch.expm1(y)))
     return x * F.relu(-pred) - (1 - x) * log1mexp(pred_c) - entropy
 
@@ -320,7 +324,11 @@ def main(argv=None):
         if args.resume and ckpt is None:
             raise ValueError(f"--resume {args.resume}: no checkpoint to resume from")
         ref_path = common.resolve_model_path(args.model, task=args.task)
-        pool = [p for n in sizes for p in task.get_problems("train", args.train_prompts, num_numbers=n, seed=args.seed)]
+        if args.problems:
+            pool = task.get_problems("train", args.train_prompts, source=args.problems, seed=args.seed)
+        else:
+            pool = [p for n in sizes for p in task.get_problems("train", args.train_prompts, num_numbers=n,
+                                                                 seed=args.seed)]
         eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in sizes}
         run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
