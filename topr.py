@@ -418,10 +418,10 @@ def main(argv=None):
                 n_tokens = sum(len(r["completion_ids"]) for r in batch)
                 loss_sum, lws, alphas, pos_all = 0.0, [], [], []
                 for s in range(0, len(batch), args.micro_batch):
-                    mb, r = batch[s:s + args.micro_batch], torch.tensor(rewards[s:s + args.micro_batch])
+                    mb, r = batch[s:s + args.micro_batch], torch.tensor(rewards[s:s + args.micro_batch], device=device)
                     logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
                                                                 [x["completion_ids"] for x in mb], tokenizer.pad_token_id)
-                    lp_mu = torch.tensor([x["lp_mu"] for x in mb])
+                    lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)
                     loss = topr_loss(logprobs, mask, lp_mu, r, *limits, c=args.c, norm=args.loss_norm,
                                      split=args.split)
                     # weight each micro-batch by its share, so the sum is the loss of the whole batch
@@ -442,6 +442,8 @@ def main(argv=None):
                 row = {"iteration": it, "epoch": epoch, "loss": loss_sum, "reward": float(np.mean(rewards)),
                        "accuracy": float(np.mean([g == "correct" for g in grades])),
                        "log_ratio": lw.mean().item(), "log_ratio_max_abs": lw.abs().max().item(),
+                       "log_ratio_pos": lw[positive].mean().item() if positive.any() else None,
+                       "log_ratio_neg": lw[~positive].mean().item() if (~positive).any() else None,
                        "alpha_neg": alpha[~positive].mean().item() if (~positive).any() else None,
                        "negatives": int((~positive).sum()), "grad_norm": grad_norm,
                        "time_step": time.perf_counter() - t0}
