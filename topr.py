@@ -105,7 +105,8 @@ def parse_args(argv=None):
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a puzzle at temperature 1")
     p.add_argument("--save-every", type=common.positive_int, default=100, help="checkpoint every N steps")
     # system
-    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="generation engine")
+    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
+                   help="generation engine: hf (instant start, as fast as vLLM for the tiny model on a CPU), vllm (GPU), auto")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)

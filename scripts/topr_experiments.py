@@ -40,7 +40,8 @@ def main():
     p.add_argument("--epochs", type=int, default=4, help="passes over the one dataset")
     p.add_argument("--lr", default="1e-4")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--c", default="-0.5,0,0.5", help="baselines for the composition table (0 is the TOPR run)")
+    p.add_argument("--c", default="-0.5,0,0.5", help="baselines for the composition table")
+    p.add_argument("--c-main", type=float, default=0.0, help="baseline of the naive-vs-TOPR comparison")
     p.add_argument("--eval-size", default="200")
     p.add_argument("--eval-k", default="8")
     p.add_argument("--engine", default="hf")
@@ -54,12 +55,13 @@ def main():
               "--eval-size", args.eval_size, "--eval-k", args.eval_k] + extra
     os.makedirs(args.out, exist_ok=True)
     runs = {}
-    runs[("topr", 0.0)] = topr.main(common + ["--loss", "topr", "--c", "0", "--out", os.path.join(args.out, "topr-c0")])
-    data = os.path.join(runs[("topr", 0.0)], "data-0.jsonl")
-    runs[("naive", 0.0)] = topr.main(common + ["--loss", "naive", "--data", data,
-                                               "--out", os.path.join(args.out, "naive-c0")])
+    cm = args.c_main
+    runs[("topr", cm)] = topr.main(common + ["--loss", "topr", "--c", str(cm), "--out", os.path.join(args.out, f"topr-c{cm:g}")])
+    data = os.path.join(runs[("topr", cm)], "data-0.jsonl")
+    runs[("naive", cm)] = topr.main(common + ["--loss", "naive", "--c", str(cm), "--data", data,
+                                              "--out", os.path.join(args.out, f"naive-c{cm:g}")])
     for c in cs:
-        if c != 0.0:
+        if c != cm:
             runs[("topr", c)] = topr.main(common + ["--loss", "topr", "--c", str(c), "--data", data,
                                                     "--out", os.path.join(args.out, f"topr-c{c:g}")])
 
@@ -67,16 +69,17 @@ def main():
     p_true = sum(r["grade"] == "correct" for r in rows) / len(rows)
     lines = [f"Dataset: {len(rows)} samples of {args.prompts} training prompts x {args.n} from the SFT model "
              f"(T=1), {100 * p_true:.1f}% correct; reward +1/-1; {args.epochs} epochs, lr {args.lr}, "
-             f"batch {args.batch_size}. Held-out puzzles, sampled at T=1 ({args.eval_k} per puzzle).", "",
+             f"batch {args.batch_size}, baseline c = {cm:g} in the first table. Held-out puzzles, sampled at T=1 "
+             f"({args.eval_k} per puzzle).", "",
              "| epoch | naive acc (3 / 4 numbers) | naive format rate | TOPR acc (3 / 4 numbers) | TOPR format rate |",
              "|---|---|---|---|---|"]
-    for e, (nv, tp) in enumerate(zip(evals(runs[("naive", 0.0)]), evals(runs[("topr", 0.0)]))):
+    for e, (nv, tp) in enumerate(zip(evals(runs[("naive", cm)]), evals(runs[("topr", cm)]))):
         lines.append(f"| {e}{' (SFT)' if e == 0 else ''} | {100 * nv['eval3/sampled/accuracy']:.1f}% / "
                      f"{100 * nv['eval4/sampled/accuracy']:.1f}% | {100 * nv['eval3/sampled/format_rate']:.1f}% | "
                      f"{100 * tp['eval3/sampled/accuracy']:.1f}% / {100 * tp['eval4/sampled/accuracy']:.1f}% | "
                      f"{100 * tp['eval3/sampled/format_rate']:.1f}% |")
     lines += ["", "| baseline c | p~ (Eq. 12) | acc 3 numbers | acc 4 numbers | format rate (3) |", "|---|---|---|---|---|"]
-    base = evals(runs[("topr", 0.0)])[0]
+    base = evals(runs[("topr", cm)])[0]
     lines.append(f"| (SFT model) | | {100 * base['eval3/sampled/accuracy']:.1f}% | "
                  f"{100 * base['eval4/sampled/accuracy']:.1f}% | {100 * base['eval3/sampled/format_rate']:.1f}% |")
     for c in sorted(cs):
