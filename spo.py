@@ -15,6 +15,14 @@ loss), or every Q_t onto reverse-Q targets (`nonterminal`), or sum_t A_t onto r 
 trajectories: no behaviour log-probs, no importance weights. Q0_hat(x) = beta log(S0 + (1 - S0) e^{-1/beta}) is
 estimated once per training prompt from --q0-samples samples of pi_0 at temperature 1 (§3.1.3) and cached.
 
+What beta does at initialisation (derived; measured on the tiny model, see the README): Q0_hat is a SOFT
+value, beta log E exp(r/beta), between the mean reward (beta -> inf) and the max (beta -> 0). The regression
+residual at theta_0 is Q_T - r = Q0_hat - r. With the paper's beta and an easy task (our SFT model solves ~1/3
+of the 3-number puzzles; median Q0_hat -0.17), successes are already nearly "right" and every failure must lose
+(1 + Q0_hat)/beta ~ 10 nats: the update is dominated by pushing sampled failures down, which on the tiny model
+squeezed the probability mass onto degenerate text. As beta grows, Q0_hat -> E r and the squared terminal loss
+at theta_0 becomes REINFORCE with a mean baseline (2 beta (r - E r) on log pi(y)): a centred update.
+
 Data per step: online samples of a SAMPLER copy of the policy (temperature ~ U(0.1, 0.8), top-p 0.95, §5),
 whose weights are refreshed only every --model-update-interval steps (the paper: 10), mixed with trajectories
 from a JSONL file (--offline-data, e.g. samples of the SFT model made by scripts/spo_offline_data.py) in the
@@ -53,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="run folder (default runs/spo-TASK-TIME)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # the algorithm
-    p.add_argument("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5)")
+    p.add_argument("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5 ~ 0.087, for hard prompts where Q0 ~ -1; see the docstring)")
     p.add_argument("--objective", choices=["terminal", "nonterminal", "advantage"], default="terminal",
                    help="terminal: L(Q_T, r); nonterminal: sum_t L(Q_t, reverse-Q target R_t); "
                         "advantage: BCE(sum_t A_t, sigmoid(r - Q0)) (§3.1.2)")

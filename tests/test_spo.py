@@ -108,6 +108,24 @@ def test_q0_values_table():
     assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0], dtype=torch.float64), atol=1e-5)
 
 
+def test_large_beta_makes_the_squared_loss_a_centred_reinforce_update():
+    """At theta_0 the squared terminal loss pushes log pi(y_i) with weight -2 beta (Q0 - r_i) / N. Q0 is a soft
+    value: near the max reward for small beta (uncentred, failure-dominated), the mean reward for large beta
+    (REINFORCE with a mean baseline)."""
+    r = torch.tensor([0.0, -1.0, -1.0, 0.0, -1.0, -1.0])  # S0 = 1/3
+    lp = torch.zeros(6, 1, requires_grad=True)
+    for beta, q0_expected in ((BETA, BETA * math.log(1 / 3 + 2 / 3 * 1e-5)), (1e3, -2 / 3)):
+        q0 = spo.q0_from_successes(torch.tensor(2), torch.tensor(6), beta).float().expand(6)
+        assert q0[0].item() == pytest.approx(q0_expected, abs=1e-3)
+        lp.grad = None
+        q, q_t = spo.cumulative_q(lp, torch.zeros(6, 1), torch.ones(6, 1), q0, beta)
+        spo.spo_loss(q, q_t, torch.ones(6, 1), q0, r, beta).backward()
+        assert torch.allclose(lp.grad[:, 0], 2 * beta * (q0 - r) / 6, rtol=1e-5)
+    centred = -lp.grad[:, 0] / (2 * 1e3 / 6)  # beta = 1e3: r - mean(r), up to 1e-3
+    assert torch.allclose(centred, r - r.mean(), atol=1e-3)
+    assert BETA * math.log(1 / 3) > -0.1  # the paper's beta: Q0 ~ -0.095, near the success value 0
+
+
 def _terminal(q_t, r, objective="terminal", loss="sq", q0=-0.4):
     q_t = torch.as_tensor(q_t, dtype=torch.float32).reshape(-1)
     n = q_t.numel()
