@@ -45,6 +45,7 @@ def main():
     p.add_argument("--eval-size", default="200")
     p.add_argument("--eval-k", default="8")
     p.add_argument("--engine", default="hf")
+    p.add_argument("--data", default=None, help="train every run on this sample file instead of sampling one")
     args, extra = p.parse_known_args()  # anything else goes to every topr.py run
 
     cs = [float(c) for c in args.c.split(",")]
@@ -56,14 +57,23 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     runs = {}
     cm = args.c_main
-    runs[("topr", cm)] = topr.main(common + ["--loss", "topr", "--c", str(cm), "--out", os.path.join(args.out, f"topr-c{cm:g}")])
-    data = os.path.join(runs[("topr", cm)], "data-0.jsonl")
-    runs[("naive", cm)] = topr.main(common + ["--loss", "naive", "--c", str(cm), "--data", data,
-                                              "--out", os.path.join(args.out, f"naive-c{cm:g}")])
-    for c in cs:
-        if c != cm:
-            runs[("topr", c)] = topr.main(common + ["--loss", "topr", "--c", str(c), "--data", data,
-                                                    "--out", os.path.join(args.out, f"topr-c{c:g}")])
+
+    def run(loss, c, extra_args):
+        """One topr.py run, or the finished one already in its folder (so that a second call with another
+        --c-main, or after an interruption, reruns only what is missing)."""
+        out = os.path.join(args.out, f"{loss}-c{c:g}")
+        if os.path.exists(os.path.join(out, "final", "config.json")):
+            return out
+        return topr.main(common + ["--loss", loss, "--c", str(c), "--out", out] + extra_args)
+
+    runs = {}
+    data = args.data
+    if data is None:
+        runs[("topr", cm)] = run("topr", cm, [])
+        data = os.path.join(runs[("topr", cm)], "data-0.jsonl")
+    for loss, c in [("topr", cm), ("naive", cm)] + [("topr", c) for c in cs]:
+        if (loss, c) not in runs:
+            runs[(loss, c)] = run(loss, c, ["--data", data])
 
     rows = [json.loads(line) for line in open(data)]
     p_true = sum(r["grade"] == "correct" for r in rows) / len(rows)
