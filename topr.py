@@ -66,9 +66,9 @@ def parse_args(argv=None):
     # the data (Algorithm 1, first lines)
     p.add_argument("--data", default=None,
                    help="JSONL of samples to train on instead of generating the first iteration's data")
-    p.add_argument("--iterations", type=common.positive_int, default=3,
+    p.add_argument("--iterations", type=common.positive_int, default=6,
                    help="generate-then-train rounds; iteration i samples from pi_{i-1} (paper §4.3)")
-    p.add_argument("--prompts", type=common.positive_int, default=1000, help="training prompts an iteration")
+    p.add_argument("--prompts", type=common.positive_int, default=500, help="training prompts an iteration")
     p.add_argument("--n", type=common.positive_int, default=8, help="completions sampled per prompt")
     p.add_argument("--temperature", type=common.positive_float, default=1.0,
                    help="sampling temperature of mu (LP_mu is stored for the distribution actually sampled)")
