@@ -309,6 +309,8 @@ def main(argv=None):
             sizes = [int(s) for s in str(args.num_numbers).split(",")]
         except ValueError:
             raise ValueError(f"--num-numbers: expected comma-separated integers, got {args.num_numbers!r}") from None
+        if args.offline_data and n_online == args.prompts:
+            raise ValueError("--offline-data is unused when every group is on-policy: give --online-fraction < 1")
         if args.offline_data and not os.path.exists(args.offline_data):
             raise ValueError(f"--offline-data: no such file {args.offline_data}")
         ckpt = common.checkpoint_path(os.path.join(out, "checkpoint")) if args.resume else None

@@ -1,0 +1,102 @@
+"""The tabular AGRO experiments behind tests/test_agro.py, printed as numbers (ALGORITHMS.md §6).
+
+Each arm of a bandit is a one-token "sequence" with its own logit. Every update is the EXACT expectation
+of the autograd gradient of agro.py's own loss functions, over every n-tuple of arms drawn from the data
+distribution (mu, or the current policy for on-policy), each group weighted by its probability.
+
+  1. Fig. 1 of the paper: off-policy data from mu in {uniform, pi_ref}; off-policy AGRO vs KL-regularised PG;
+     KL(pi || pi*) after 1000 / 5000 steps (6 arms, beta 0.3, lr 0.5, seeds 0-2).
+  2. On-policy characterisation: 10 arms, one correct (reward 1) with pi_ref mass 0.05; on-policy AGRO with
+     lambda_LR 1 (the paper) and 0; the correct arm's probability and KL(pi || pi*) (lr 1, 3000 steps).
+
+Run:  python scripts/agro_tabular.py          (about 1 minute on one core)
+"""
+import itertools
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import agro  # noqa: E402
+
+torch.set_num_threads(1)
+f64 = torch.float64
+
+
+def kl_div(logits, target_logp):
+    lp = torch.log_softmax(logits, -1)
+    return (lp.exp() * (lp - target_logp)).sum(-1).item()
+
+
+def expected_grad(theta, ref_logp, r, beta, mu, n, kind, lam=1.0):
+    th = theta.clone().requires_grad_(True)
+    arms = torch.tensor(list(itertools.product(range(len(r)), repeat=n)))  # [G, n]: every n-tuple
+    logp = torch.log_softmax(th, -1)
+    prob = (logp.detach().exp() if mu is None else mu)[arms].prod(-1)  # [G]
+    G = len(arms)
+    lp = (logp[arms] * (prob * G)[:, None]).reshape(-1, 1)  # rows scaled: mean over rows = expectation
+    mask = torch.ones_like(lp)
+    if kind == "klpg":
+        kl = agro.token_kl(logp[None].expand(G * n, 1, -1), ref_logp[None, None].expand(G * n, 1, -1), mask)
+        loss = agro.klpg_loss(lp, mask, r[arms], kl, beta)
+    else:
+        rpi = agro.regularised_rewards(r[arms], logp[arms] - ref_logp[arms], beta)
+        w = agro.agro_offpolicy_weights(rpi) if kind == "off" else agro.agro_onpolicy_weights(rpi, beta, lam, "none")
+        loss = agro.agro_loss(lp, mask, w.reshape(-1))
+    loss.backward()
+    return th.grad
+
+
+def fig1():
+    beta = 0.3
+    print("1. Fig. 1: KL(pi || pi*) with off-policy data (6 arms, beta 0.3, n 2, lr 0.5)")
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        ref, r = torch.randn(6, generator=g, dtype=f64), torch.rand(6, generator=g, dtype=f64)
+        ref_logp = torch.log_softmax(ref, -1)
+        star = torch.log_softmax(ref_logp + r / beta, -1)
+        for name, mu in (("uniform", torch.full((6,), 1 / 6, dtype=f64)), ("pi_ref", ref_logp.exp())):
+            for kind in ("off", "klpg"):
+                theta, kls = ref.clone(), []
+                for step in range(1, 5001):
+                    theta = theta - 0.5 * expected_grad(theta, ref_logp, r, beta, mu, 2, kind)
+                    if step in (1000, 5000):
+                        kls.append(kl_div(theta, star))
+                low = torch.softmax(theta, -1)[r.argmin()].item()
+                print(f"  seed {seed} mu={name:7s} {'AGRO ' if kind == 'off' else 'KL-PG'}  KL@1000 {kls[0]:9.2e}  "
+                      f"KL@5000 {kls[1]:9.2e}  pi(lowest-reward arm) {low:.1e}")
+
+
+def characterisation():
+    K = 10
+    r = torch.zeros(K, dtype=f64)
+    r[0] = 1.0
+    ref_p = torch.full((K,), 0.95 / (K - 1), dtype=f64)
+    ref_p[0] = 0.05
+    ref_logp = ref_p.log()
+    print("2. On-policy AGRO, 10 arms, one correct with pi_ref mass 0.05 (n 2, lr 1)")
+    for beta in (1.0, 0.3, 0.1):
+        star = torch.log_softmax(ref_logp + r / beta, -1)
+        for lam in (1.0, 0.0):
+            theta, out = ref_logp.clone(), []
+            for step in range(1, 3001):
+                theta = theta - expected_grad(theta, ref_logp, r, beta, None, 2, "on", lam)
+                if step in (100, 1000, 3000):
+                    out.append(f"step {step}: pi(correct) {torch.softmax(theta, -1)[0].item():.2e} "
+                               f"KL {kl_div(theta, star):.1e}")
+            print(f"  beta {beta} lambda_LR {lam}  pi*(correct) {star.exp()[0].item():.4f}   " + "   ".join(out))
+    print("   at pi = pi_ref, the correct logit's expected change (lambda_LR 1) vs p(1-p)(beta - 1/2 + p)/beta:")
+    for p in (0.05, 0.2, 0.35, 0.45, 0.6):
+        ref_p = torch.full((K,), (1 - p) / (K - 1), dtype=f64)
+        ref_p[0] = p
+        cells = []
+        for beta in (0.05, 0.1, 0.3):
+            up = -expected_grad(ref_p.log(), ref_p.log(), r, beta, None, 2, "on", 1.0)[0].item()
+            cells.append(f"beta {beta}: {up:+.4f} (formula {p * (1 - p) * (beta - 0.5 + p) / beta:+.4f})")
+        print(f"   p {p:.2f}  " + "  ".join(cells))
+
+
+if __name__ == "__main__":
+    fig1()
+    characterisation()
