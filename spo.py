@@ -78,9 +78,9 @@ def parse_args(argv=None):
     p.add_argument("--q0-cache", default=None, metavar="FILE",
                    help="reuse Q0 estimates from this q0.jsonl (e.g. another run's); missing puzzles are estimated")
     # data
-    p.add_argument("--batch-size", type=common.positive_int, default=64,
+    p.add_argument("--batch-size", type=common.positive_int, default=256,
                    help="trajectories per optimizer step (the online part rounded to whole prompts)")
-    p.add_argument("--samples-per-prompt", type=common.positive_int, default=4, help="online samples per prompt")
+    p.add_argument("--samples-per-prompt", type=common.positive_int, default=8, help="online samples per prompt")
     p.add_argument("--online-fraction", type=float, default=1.0,
                    help="share of each batch sampled online; the rest comes from --offline-data (paper: 0.5)")
     p.add_argument("--offline-data", default=None, metavar="FILE",
@@ -91,8 +91,9 @@ def parse_args(argv=None):
     p.add_argument("--model-update-interval", type=common.positive_int, default=10,
                    help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     # optimisation
-    p.add_argument("--steps", type=common.positive_int, default=300, help="optimizer steps")
-    p.add_argument("--lr", type=common.positive_float, default=1e-4, help="AdamW lr, constant after warm-up")
+    p.add_argument("--steps", type=common.positive_int, default=150, help="optimizer steps")
+    p.add_argument("--lr", type=common.positive_float, default=6e-5,
+                   help="AdamW lr, constant after warm-up (tiny model: 1e-4 at batch 64 collapsed, see the README)")
     p.add_argument("--warmup", type=int, default=10, help="linear warm-up steps (paper: 200)")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=64,
@@ -102,7 +103,7 @@ def parse_args(argv=None):
     p.add_argument("--problems", default=None,
                    help="training puzzles from a JSONL file or the hub instead of the generator")
     # evaluation
-    p.add_argument("--eval-every", type=common.positive_int, default=100)
+    p.add_argument("--eval-every", type=common.positive_int, default=75)
     p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
     p.add_argument("--eval-k", type=common.positive_int, default=8,
                    help="samples a puzzle at temperature 1: sampled accuracy (pass@1) and pass@k")
