@@ -103,6 +103,7 @@ def parse_args(argv=None):
     p.add_argument("--train-size", type=common.positive_int, default=20000, help="training puzzles per size")
     # evaluation
     p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps (0: per iteration)")
+    p.add_argument("--eval-numbers", default="3,4", help="puzzle sizes of the held-out evaluation")
     p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a puzzle at temperature 1")
     p.add_argument("--save-every", type=common.positive_int, default=100, help="checkpoint every N steps")
@@ -320,8 +321,10 @@ def main(argv=None):
             raise ValueError("--keep and --eval-every must be >= 0")
         try:
             sizes = [int(s) for s in str(args.num_numbers).split(",")]
+            eval_sizes = [int(s) for s in str(args.eval_numbers).split(",")]
         except ValueError:
-            raise ValueError(f"--num-numbers: expected comma-separated integers, got {args.num_numbers!r}") from None
+            raise ValueError(f"--num-numbers/--eval-numbers: expected comma-separated integers, got "
+                             f"{args.num_numbers!r}/{args.eval_numbers!r}") from None
         if args.data and not os.path.isfile(args.data):
             raise ValueError(f"--data {args.data}: no such file")
         ckpt = common.checkpoint_path(os.path.join(out, "checkpoint")) if args.resume else None
@@ -332,7 +335,7 @@ def main(argv=None):
             pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
         else:
             pool = [p for n in sizes for p in task.get_problems("train", args.train_size, num_numbers=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in sizes}
+        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in eval_sizes}
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         style = common.prompt_style(model, tokenizer)
         given = read_rows(args.data, task, tokenizer, style) if args.data else None

@@ -216,7 +216,7 @@ def test_naive_reinforce_collapses_and_topr_stays_bounded():
 # ---------------------------------------------------------------------------------------------------
 # End to end on the tiny model: the data file, --data reuse, lp_mu recomputation, resume, bad input
 # ---------------------------------------------------------------------------------------------------
-RUN = ["--engine", "hf", "--threads", "1", "--seed", "0", "--num-numbers", "3", "--prompts", "6", "--n", "4",
+RUN = ["--engine", "hf", "--threads", "1", "--seed", "0", "--num-numbers", "3", "--eval-numbers", "3", "--prompts", "6", "--n", "4",
        "--train-size", "50",
        "--max-new-tokens", "12", "--batch-size", "8", "--eval-size", "3", "--eval-k", "2", "--lr", "1e-3",
        "--reward", "original", "--c", "0.05"]
