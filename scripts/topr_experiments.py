@@ -8,6 +8,8 @@
 
     python scripts/topr_experiments.py --model runs/sft-countdown-.../final
 
+Defaults: 500 prompts x 8 samples, 4 epochs, lr 1e-4; the naive-vs-TOPR table at c = 0 (the paper's
+setting) and at c = -0.8; TOPR for c in {-0.8, -0.5, 0, 0.5}: six runs, about 21 minutes on one CPU thread.
 Every run is an ordinary topr.py run (its folder, metrics.jsonl and final/ model) under --out; the first one
 samples the dataset (OUT/topr-c0/data-0.jsonl) and the others train on that file with --data. The tables are
 printed and written to OUT/summary.md. Sampled accuracy is at temperature 1 on the held-out puzzles.
@@ -40,8 +42,9 @@ def main():
     p.add_argument("--epochs", type=int, default=4, help="passes over the one dataset")
     p.add_argument("--lr", default="1e-4")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--c", default="-0.5,0,0.5", help="baselines for the composition table")
-    p.add_argument("--c-main", type=float, default=0.0, help="baseline of the naive-vs-TOPR comparison")
+    p.add_argument("--c", default="-0.8,-0.5,0,0.5", help="baselines for the composition table")
+    p.add_argument("--c-main", default="0,-0.8", help="baselines of the naive-vs-TOPR tables (the first one "
+                   "samples the dataset)")
     p.add_argument("--eval-size", default="200")
     p.add_argument("--eval-k", default="8")
     p.add_argument("--engine", default="hf")
@@ -56,7 +59,7 @@ def main():
               "--eval-size", args.eval_size, "--eval-k", args.eval_k] + extra
     os.makedirs(args.out, exist_ok=True)
     runs = {}
-    cm = args.c_main
+    mains = [float(c) for c in args.c_main.split(",")]
 
     def run(loss, c, extra_args):
         """One topr.py run, or the finished one already in its folder (so that a second call with another
@@ -69,9 +72,9 @@ def main():
     runs = {}
     data = args.data
     if data is None:
-        runs[("topr", cm)] = run("topr", cm, [])
-        data = os.path.join(runs[("topr", cm)], "data-0.jsonl")
-    for loss, c in [("topr", cm), ("naive", cm)] + [("topr", c) for c in cs]:
+        runs[("topr", mains[0])] = run("topr", mains[0], [])
+        data = os.path.join(runs[("topr", mains[0])], "data-0.jsonl")
+    for loss, c in [(loss, c) for c in mains for loss in ("topr", "naive")] + [("topr", c) for c in cs]:
         if (loss, c) not in runs:
             runs[(loss, c)] = run(loss, c, ["--data", data])
 
@@ -79,17 +82,18 @@ def main():
     p_true = sum(r["grade"] == "correct" for r in rows) / len(rows)
     lines = [f"Dataset: {len(rows)} samples of {args.prompts} training prompts x {args.n} from the SFT model "
              f"(T=1), {100 * p_true:.1f}% correct; reward +1/-1; {args.epochs} epochs, lr {args.lr}, "
-             f"batch {args.batch_size}, baseline c = {cm:g} in the first table. Held-out puzzles, sampled at T=1 "
-             f"({args.eval_k} per puzzle).", "",
-             "| epoch | naive acc (3 / 4 numbers) | naive format rate | TOPR acc (3 / 4 numbers) | TOPR format rate |",
-             "|---|---|---|---|---|"]
-    for e, (nv, tp) in enumerate(zip(evals(runs[("naive", cm)]), evals(runs[("topr", cm)]))):
-        lines.append(f"| {e}{' (SFT)' if e == 0 else ''} | {100 * nv['eval3/sampled/accuracy']:.1f}% / "
-                     f"{100 * nv['eval4/sampled/accuracy']:.1f}% | {100 * nv['eval3/sampled/format_rate']:.1f}% | "
-                     f"{100 * tp['eval3/sampled/accuracy']:.1f}% / {100 * tp['eval4/sampled/accuracy']:.1f}% | "
-                     f"{100 * tp['eval3/sampled/format_rate']:.1f}% |")
+             f"batch {args.batch_size}. Held-out puzzles, sampled at T=1 ({args.eval_k} per puzzle)."]
+    for cm in mains:
+        lines += ["", f"Baseline c = {cm:g} (p~ = {100 * topr.p_tilde_pm1(p_true, cm):.1f}%):", "",
+                  "| epoch | naive acc (3 / 4 numbers) | naive format rate | TOPR acc (3 / 4 numbers) | TOPR format rate |",
+                  "|---|---|---|---|---|"]
+        for e, (nv, tp) in enumerate(zip(evals(runs[("naive", cm)]), evals(runs[("topr", cm)]))):
+            lines.append(f"| {e}{' (SFT)' if e == 0 else ''} | {100 * nv['eval3/sampled/accuracy']:.1f}% / "
+                         f"{100 * nv['eval4/sampled/accuracy']:.1f}% | {100 * nv['eval3/sampled/format_rate']:.1f}% | "
+                         f"{100 * tp['eval3/sampled/accuracy']:.1f}% / {100 * tp['eval4/sampled/accuracy']:.1f}% | "
+                         f"{100 * tp['eval3/sampled/format_rate']:.1f}% |")
     lines += ["", "| baseline c | p~ (Eq. 12) | acc 3 numbers | acc 4 numbers | format rate (3) |", "|---|---|---|---|---|"]
-    base = evals(runs[("topr", cm)])[0]
+    base = evals(runs[("topr", mains[0])])[0]
     lines.append(f"| (SFT model) | | {100 * base['eval3/sampled/accuracy']:.1f}% | "
                  f"{100 * base['eval4/sampled/accuracy']:.1f}% | {100 * base['eval3/sampled/format_rate']:.1f}% |")
     for c in sorted(cs):
