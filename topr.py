@@ -92,13 +92,13 @@ def parse_args(argv=None):
                    help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over all tokens")
     p.add_argument("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
     p.add_argument("--batch-size", type=common.positive_int, default=64, help="samples per optimizer step")
-    p.add_argument("--lr", type=common.positive_float, default=2e-4,
-                   help="AdamW lr, constant ([TOPR]); 3e-4 with c = 0 lowered accuracy here")
+    p.add_argument("--lr", type=common.positive_float, default=1e-4,
+                   help="AdamW lr, constant ([TOPR]); 2e-4 and 3e-4 lowered accuracy in the first iteration here")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=64,
                    help="samples per forward/backward pass: memory only, same gradient")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--num-numbers", default="3,4", help="puzzle sizes to train on, comma-separated")
+    p.add_argument("--num-numbers", default="3", help="puzzle sizes to train on, comma-separated (evaluation: --eval-numbers)")
     p.add_argument("--problems", default=None,
                    help="training puzzles from a JSONL file or the hub instead of the generator")
     p.add_argument("--train-size", type=common.positive_int, default=20000, help="training puzzles per size")
