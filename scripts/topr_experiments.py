@@ -39,6 +39,7 @@ def main():
     p.add_argument("--out", default=os.path.join("runs", f"topr-experiments-{time.strftime('%Y%m%d-%H%M%S')}"))
     p.add_argument("--prompts", default="500", help="prompts sampled once (x --n samples)")
     p.add_argument("--n", default="8")
+    p.add_argument("--num-numbers", default="3,4", help="puzzle sizes of the dataset")
     p.add_argument("--epochs", type=int, default=4, help="passes over the one dataset")
     p.add_argument("--lr", default="1e-4")
     p.add_argument("--batch-size", type=int, default=64)
@@ -55,6 +56,7 @@ def main():
     steps_per_epoch = math.ceil(int(args.prompts) * int(args.n) / args.batch_size)
     common = ["--model", args.model, "--engine", args.engine, "--reward", "pm1", "--iterations", "1",
               "--epochs", str(args.epochs), "--prompts", args.prompts, "--n", args.n, "--lr", args.lr,
+              "--num-numbers", args.num_numbers,
               "--batch-size", str(args.batch_size), "--eval-every", str(steps_per_epoch),
               "--eval-size", args.eval_size, "--eval-k", args.eval_k] + extra
     os.makedirs(args.out, exist_ok=True)
