@@ -17,7 +17,8 @@ every R < 1 the truncated one.
 
 The baseline c is not neutral off-policy (Eqs. 9-10, Prop. 3.1): it re-weights the dataset. The script prints
 the effective positive proportion p~ (Eq. 12 for R in {+1,-1}; ALGORITHMS.md §3.1 for several levels) of
-every iteration's data. [TOPR] found p~ of 10-20% best.
+every iteration's data. [TOPR] found p~ of 10-20% best on GSM8K/MATH with Llama 3 8B; with the 1M-parameter
+Countdown model here accuracy rose with p~ up to the highest tried (70%, c = -0.8, the default).
 
 Algorithm 1, as run here:
   1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or pi_{i-1} in
@@ -25,6 +26,9 @@ Algorithm 1, as run here:
   2. select: `uniform` keeps every sample; `anna-karenina` keeps the first positive of each prompt and
      fills with its negatives (paper §4.3).
   3. train --epochs passes over the selected samples, minibatches of --batch-size, constant lr, clip 1.0.
+
+Defaults (measured on 2 CPU cores): 6 iterations of 500 three-number puzzles x 8 samples, reward +1/-1,
+c = -0.8, lr 1e-4, one epoch each: held-out sampled accuracy 32.8% -> 43.9% in 5 minutes.
 
 Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
@@ -84,8 +88,8 @@ def parse_args(argv=None):
                    help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
                         "(A for the first half of all epochs, then B)")
     p.add_argument("--c", type=float, default=-0.8,
-                   help="baseline: train on R - c (Eqs. 9-10); -0.8 gives p~ = 0.70 for the SFT model's p = 0.21 "
-                        "(on one fixed dataset here accuracy rose with p~: c = 0.5, 0, -0.5, -0.8)")
+                   help="baseline: train on R - c (Eqs. 9-10); -0.8 gives p~ = 0.80 for the SFT model's p = 0.33 on "
+                        "3-number puzzles (on one fixed dataset accuracy rose with p~: c = 0.5, 0, -0.5, -0.8)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=0.0,
                    help="0: TOPR (positives R - c >= 0); 1: the course report's Eq. 4 (positives R - c >= 1)")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
