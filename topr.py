@@ -88,7 +88,7 @@ def parse_args(argv=None):
                    help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
                         "(A for the first half of all epochs, then B)")
     p.add_argument("--c", type=float, default=-0.8,
-                   help="baseline: train on R - c (Eqs. 9-10); -0.8 gives p~ = 0.80 for the SFT model's p = 0.33 on "
+                   help="baseline: train on R - c (Eqs. 9-10); -0.8 gives p~ = 0.81 for the SFT model's p = 0.32 on "
                         "3-number puzzles (on one fixed dataset accuracy rose with p~: c = 0.5, 0, -0.5, -0.8)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=0.0,
                    help="0: TOPR (positives R - c >= 0); 1: the course report's Eq. 4 (positives R - c >= 1)")
