@@ -328,4 +328,3 @@ def test_missing_sft_model_gives_status_2(tmp_path, monkeypatch, capsys):
         topr.main([])
     assert e.value.code == 2
     assert "no finished sft.py run" in capsys.readouterr().err
-
