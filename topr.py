@@ -94,6 +94,9 @@ def parse_args(argv=None):
                    help="0: TOPR (positives R - c >= 0); 1: the course report's Eq. 4 (positives R - c >= 1)")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
                    help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over all tokens")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start of this invocation, data generation included "
+                        "(then evaluate and save as at the end)")
     p.add_argument("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
     p.add_argument("--batch-size", type=common.positive_int, default=64, help="samples per optimizer step")
     p.add_argument("--lr", type=common.positive_float, default=1e-4,
@@ -306,6 +309,7 @@ def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator)
 # Training
 # ---------------------------------------------------------------------------------------------------
 def main(argv=None):
+    started = time.time()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
@@ -319,7 +323,7 @@ def main(argv=None):
         if args.reward not in variants:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
         if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
-            raise ValueError(f"--reward A+B needs the task's variants A and B")
+            raise ValueError("--reward A+B needs the task's variants A and B")
         if not 0 < args.top_p <= 1:
             raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
         if args.keep < 0 or args.eval_every < 0:
@@ -378,7 +382,9 @@ def main(argv=None):
     if step == 0:
         run.log(0, evaluate())
     total_epochs = args.iterations * args.epochs
-    while it < args.iterations:
+    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
+    out_of_time = False
+    while it < args.iterations and not out_of_time:
         # 1. the data of this iteration: the given file, the file written earlier (resume), or fresh samples
         path = run.path(f"data-{it}.jsonl")
         if it == 0 and given is not None:
@@ -409,7 +415,7 @@ def main(argv=None):
         data = select(rows, args.sampling, args.keep, np.random.default_rng([args.seed, it, 1]))
 
         # 2. train --epochs passes over it
-        while epoch < args.epochs:
+        while epoch < args.epochs and not out_of_time:
             variant = variant_at(args.reward, it * args.epochs + epoch, total_epochs)
             rewards_all = [reward_of(task, r["problem"], r["completion"], variant) for r in data]
             if batch_index == 0:
@@ -456,22 +462,27 @@ def main(argv=None):
                        "log_ratio_pos": lw[positive].mean().item() if positive.any() else None,
                        "log_ratio_neg": lw[~positive].mean().item() if (~positive).any() else None,
                        "alpha_neg": alpha[~positive].mean().item() if (~positive).any() else None,
-                       "negatives": int((~positive).sum()), "grad_norm": grad_norm,
+                       "negatives": int((~positive).sum()), "grad_norm": grad_norm, "samples": len(batch),
                        "time_step": time.perf_counter() - t0}
-                last = batch_index == len(batches) and epoch == args.epochs - 1
+                out_of_time = time.time() >= deadline
+                last = (batch_index == len(batches) and epoch == args.epochs - 1) or out_of_time
                 if (args.eval_every and step % args.eval_every == 0) or last:
                     row.update(evaluate())
                 run.log(step, row)
                 bar.update(1)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", lw=f"{row['log_ratio']:.2f}", gn=f"{grad_norm:.2f}")
-                if step % args.save_every == 0 or batch_index == len(batches):
+                if step % args.save_every == 0 or batch_index == len(batches) or out_of_time:
                     done = batch_index == len(batches)
                     e, b = (epoch + 1, 0) if done else (epoch, batch_index)
                     i, e = (it + 1, 0) if e == args.epochs else (it, e)
                     common.save_checkpoint(run.path("checkpoint"), model, tokenizer,
                                            {"iteration": i, "epoch": e, "batch": b, "step": step,
                                             "optimizer": optimizer.state_dict(), "rng": common.rng_state()})
+                if out_of_time:
+                    break
             bar.close()
+            if out_of_time:
+                break
             epoch, batch_index = epoch + 1, 0
         it, epoch = it + 1, 0
     common.save_checkpoint(run.path("final"), model, tokenizer)

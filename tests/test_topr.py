@@ -286,6 +286,15 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tiny_path, tmp
         [m["step"] for m in _rows(os.path.join(straight, "metrics.jsonl"))]
 
 
+def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
+    out = topr.main(RUN + ["--model", tiny_path, "--iterations", "3", "--epochs", "2", "--time-limit", "0.001",
+                           "--out", str(tmp_path / "run")])
+    rows = _rows(os.path.join(out, "metrics.jsonl"))
+    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out before the end of the first step
+    assert "eval3/sampled/accuracy" in rows[-1] and rows[-1]["samples"] == 8
+    assert os.path.isdir(os.path.join(out, "final")) and not os.path.exists(os.path.join(out, "data-1.jsonl"))
+
+
 def test_anna_karenina_keeps_the_first_positive_of_each_prompt():
     rows = [{"prompt_index": i // 4, "grade": g} for i, g in
             enumerate(["correct", "wrong", "correct", "no_answer", "wrong", "wrong", "wrong", "wrong"])]
