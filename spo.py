@@ -28,9 +28,12 @@ whose weights are refreshed only every --model-update-interval steps (the paper:
 from a JSONL file (--offline-data, e.g. samples of the SFT model made by scripts/spo_offline_data.py) in the
 proportion --online-fraction.
 
-Run:  python spo.py --model runs/sft-.../final                              (CPU, minutes)
-      python spo.py --offline-data runs/spo-offline.jsonl --online-fraction 0.5
-      python spo.py --model runs/sft-.../final --engine vllm --q0-samples 800   (GPU)
+Measured on the tiny model (README): the paper's settings (beta 1/ln 1e5, tempered stale sampler) collapsed it,
+with either loss, at every lr that moved it; a larger beta with on-policy T=1 samples was stable:
+      python spo.py --model runs/sft-.../final --beta 0.5 --temperature 1,1 --top-p 1 --model-update-interval 1
+      python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
+      python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5      (half offline)
+      python spo.py --model runs/sft-.../final --engine vllm --q0-samples 800                 (GPU, paper settings)
 """
 from __future__ import annotations
 
