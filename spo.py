@@ -28,8 +28,8 @@ whose weights are refreshed only every --model-update-interval steps (the paper:
 from a JSONL file (--offline-data, e.g. samples of the SFT model made by scripts/spo_offline_data.py) in the
 proportion --online-fraction.
 
-Measured on the tiny model (README): the paper's settings (beta 1/ln 1e5, tempered stale sampler) collapsed it,
-with either loss, at every lr that moved it; a larger beta with on-policy T=1 samples was stable:
+Measured on the tiny model (README): with the paper's settings (beta 1/ln 1e5, tempered stale sampler, batch 64)
+it collapsed (sq 3e-5, ce 1e-4) or did not improve (ce 3e-5); beta 0.5-1 with on-policy T=1 samples was stable:
       python spo.py --model runs/sft-.../final --beta 0.5 --temperature 1,1 --top-p 1 --model-update-interval 1
       python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
       python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5      (half offline)
