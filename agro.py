@@ -91,6 +91,9 @@ def parse_args(argv=None):
     p.add_argument("--offline-prompts", type=common.positive_int, default=2048,
                    help="without --offline-data: prompts sampled n times from pi_ref before training")
     p.add_argument("--steps", type=common.positive_int, default=150, help="optimizer steps (one per batch)")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start of this invocation, drawing the reference "
+                        "samples included (then evaluate and save as at --steps)")
     p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     p.add_argument("--n", type=int, default=8, help="completions per prompt (n >= 2)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
@@ -286,6 +289,7 @@ def offline_batch(groups, count, step, seed):
 # Training
 # ---------------------------------------------------------------------------------------------------
 def main(argv=None):
+    started = time.time()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
@@ -390,6 +394,7 @@ def main(argv=None):
         run.log(0, row)
         tqdm.write("step 0: " + "  ".join(f"{k}={v:.3f}" for k, v in row.items() if k.endswith("sampled/accuracy")))
     bar = tqdm(total=args.steps, initial=step, desc=f"agro {args.loss}", dynamic_ncols=True)
+    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
     while step < args.steps:
         t0 = time.perf_counter()
         model.eval()
@@ -468,7 +473,8 @@ def main(argv=None):
             row["h_offline"] = h_off.mean().item()
         if kl_on:
             row["token_kl"] = torch.cat(kl_on).mean().item()
-        if step % args.eval_every == 0 or step == args.steps:
+        last = step == args.steps or time.time() >= deadline
+        if step % args.eval_every == 0 or last:
             row.update(evaluate())
             tqdm.write(f"step {step}: " + "  ".join(
                 f"{k}={row[k]:.3f}" for k in row if k.endswith("sampled/accuracy") or k == "kl_to_ref"))
@@ -476,9 +482,11 @@ def main(argv=None):
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
                         **({"gap": f"{logprob_gap:.1e}"} if n_online else {}))
-        if step % args.save_every == 0 or step == args.steps:
+        if step % args.save_every == 0 or last:
             common.save_checkpoint(run.path("checkpoint"), model, tokenizer,
                                    {"step": step, "optimizer": optimizer.state_dict(), "rng": common.rng_state()})
+        if last:
+            break
     bar.close()
     common.save_checkpoint(run.path("final"), model, tokenizer)
     engine.close()

@@ -310,6 +310,15 @@ def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
 
+def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
+    out = agro.main(RUN + ["--model", tiny_path, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "2",
+                           "--n", "3", "--steps", "1000", "--mode", "onpolicy", "--time-limit", "0.001",
+                           "--out", str(tmp_path / "run")])
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out during the first step
+    assert "eval3/sampled/accuracy" in rows[-1] and os.path.isdir(os.path.join(out, "final"))
+
+
 def test_onpolicy_vllm_engine_stays_in_sync(weak_sft, tmp_path):
     out = agro.main(RUN[:-2] + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "8",
                                 "--n", "4", "--lr", "5e-4", "--steps", "3", "--mode", "onpolicy", "--beta", "0.5",
