@@ -23,17 +23,19 @@ of the 3-number puzzles; median Q0_hat -0.17), successes are already nearly "rig
 squeezed the probability mass onto degenerate text. As beta grows, Q0_hat -> E r and the squared terminal loss
 at theta_0 becomes REINFORCE with a mean baseline (2 beta (r - E r) on log pi(y)): a centred update.
 
-Data per step: online samples of a SAMPLER copy of the policy (temperature ~ U(0.1, 0.8), top-p 0.95, §5),
-whose weights are refreshed only every --model-update-interval steps (the paper: 10), mixed with trajectories
+Data per step: online samples of a SAMPLER copy of the policy (the paper, §5: temperature ~ U(0.1, 0.8),
+top-p 0.95), whose weights are refreshed only every --model-update-interval steps (the paper: 10), mixed with trajectories
 from a JSONL file (--offline-data, e.g. samples of the SFT model made by scripts/spo_offline_data.py) in the
 proportion --online-fraction.
 
-Measured on the tiny model (README): with the paper's settings (beta 1/ln 1e5, tempered stale sampler, batch 64)
-it collapsed (sq 3e-5, ce 1e-4) or did not improve (ce 3e-5); beta 0.5-1 with on-policy T=1 samples was stable:
-      python spo.py --model runs/sft-.../final --beta 0.5 --temperature 1,1 --top-p 1 --model-update-interval 1
+Defaults: measured on the tiny model (README), the paper's settings (beta 1/ln 1e5, tempered stale sampler,
+batch 64) collapsed it (sq 3e-5, ce 1e-4) or did not improve it (ce 3e-5); beta 0.5-1 with on-policy T=1
+samples was stable, so the defaults are beta 0.5, temperature 1, top-p 1, sampler refreshed every step.
+The paper's settings are flags:
+      python spo.py --beta 0.0869 --temperature 0.1,0.8 --top-p 0.95 --model-update-interval 10
       python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
       python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5      (half offline)
-      python spo.py --model runs/sft-.../final --engine vllm --q0-samples 800                 (GPU, paper settings)
+      python spo.py --model runs/sft-.../final --engine vllm --q0-samples 800                 (GPU)
 """
 from __future__ import annotations
 
@@ -64,7 +66,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="run folder (default runs/spo-TASK-TIME)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # the algorithm
-    p.add_argument("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5 ~ 0.087, for hard prompts where Q0 ~ -1; see the docstring)")
+    p.add_argument("--beta", type=common.positive_float, default=0.5,
+                   help=f"KL strength (paper: 1/ln 1e5 = {BETA:.4f}, for hard prompts where Q0 ~ -1; it collapsed "
+                        "the tiny model, see the docstring)")
     p.add_argument("--objective", choices=["terminal", "nonterminal", "advantage"], default="terminal",
                    help="terminal: L(Q_T, r); nonterminal: sum_t L(Q_t, reverse-Q target R_t); "
                         "advantage: BCE(sum_t A_t, sigmoid(r - Q0)) (§3.1.2)")
@@ -88,13 +92,16 @@ def parse_args(argv=None):
                    help="share of each batch sampled online; the rest comes from --offline-data (paper: 0.5)")
     p.add_argument("--offline-data", default=None, metavar="FILE",
                    help="JSONL of offline trajectories {nums, target, completion[, finished]} (any source)")
-    p.add_argument("--temperature", default="0.1,0.8",
-                   help="online sampling temperature ~ U(lo, hi), one draw per step (paper: U(0.1, 0.8))")
-    p.add_argument("--top-p", type=common.positive_float, default=0.95, help="online nucleus sampling (paper: 0.95)")
-    p.add_argument("--model-update-interval", type=common.positive_int, default=10,
+    p.add_argument("--temperature", default="1,1",
+                   help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
+    p.add_argument("--top-p", type=common.positive_float, default=1.0, help="online nucleus sampling (paper: 0.95)")
+    p.add_argument("--model-update-interval", type=common.positive_int, default=1,
                    help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     # optimisation
     p.add_argument("--steps", type=common.positive_int, default=150, help="optimizer steps")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start of this invocation, the Q0 estimate included "
+                        "(then evaluate and save as at --steps)")
     p.add_argument("--lr", type=common.positive_float, default=6e-5,
                    help="AdamW lr, constant after warm-up (tiny model: 1e-4 at batch 64 collapsed, see the README)")
     p.add_argument("--warmup", type=int, default=10, help="linear warm-up steps (paper: 200)")
@@ -307,6 +314,7 @@ def draw_batch(engine, task, pool, prompts_of, offline, offline_ids, step, args,
 
 
 def main(argv=None):
+    started = time.time()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
@@ -420,6 +428,7 @@ def main(argv=None):
         run.log(0, row)
         tqdm.write("step 0: " + "  ".join(f"{k}={v:.3f}" for k, v in row.items() if "sampled/acc" in k or "pass@" in k))
     bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
+    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
     while step < args.steps:
         t0 = time.perf_counter()
         if step % args.model_update_interval == 0:  # refresh the sampler (the engine's weights)
@@ -463,20 +472,23 @@ def main(argv=None):
                "online_share": float(np.mean(online)), "temperature": temperature,
                "sampler_age": (step - 1) % args.model_update_interval,  # steps since the sampler's weights were fresh
                "grad_norm": grad_norm, "lr": schedule.get_last_lr()[0], "time_generate": t_gen,
-               "time_step": time.perf_counter() - t0}
-        if step % args.eval_every == 0 or step == args.steps:
+               "samples": len(batch), "time_step": time.perf_counter() - t0}
+        last = step == args.steps or time.time() >= deadline
+        if step % args.eval_every == 0 or last:
             row.update(evaluate())
             tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in row
                                                      if "sampled/acc" in k or "pass@" in k))
         run.log(step, row)
         bar.update(1)
         bar.set_postfix(loss=f"{loss_sum:.3f}", acc=f"{row['accuracy']:.2f}", kl=f"{row['kl']:.2f}")
-        if step % args.save_every == 0 or step == args.steps:
+        if step % args.save_every == 0 or last:
             stale = step % args.model_update_interval != 0  # the sampler lags: keep its weights for --resume
             common.save_checkpoint(run.path("checkpoint"), model, tokenizer,
                                    {"step": step, "optimizer": optimizer.state_dict(),
                                     "schedule": schedule.state_dict(), "rng": common.rng_state(),
                                     "sampler": sampler.state_dict() if stale else None})
+        if last:
+            break
     bar.close()
     common.save_checkpoint(run.path("final"), model, tokenizer)
     engine.close()

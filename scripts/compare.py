@@ -2,6 +2,7 @@
 
     python scripts/compare.py                       # CPU: tiny model, 3 seeds, 3 minutes per RL run
     python scripts/compare.py --model Qwen/Qwen2.5-0.5B-Instruct --time-limit 30 --jobs 1 --engine vllm  # GPU
+(For a hub model sft.py also needs its data and schedule flags: see the README's GPU section.)
 
 1. sft.py trains the starting checkpoint once (or `--sft PATH` reuses one).
 2. rloo.py, topr.py, agro.py and spo.py each start from it with their own defaults, `--seed s` for every
@@ -35,6 +36,9 @@ import common  # noqa: E402
 from tasks import get_task  # noqa: E402
 
 ALGORITHMS = ("rloo", "topr", "agro", "spo")
+# Each script runs with its own defaults, except: agro.py draws fewer reference samples up front (2048 prompts
+# x 8 take about 4 minutes on one CPU thread, which would eat the whole budget of a short comparison).
+EXTRA = {"agro": ["--offline-prompts", "512"]}
 COLORS = {"sft": "black", "rloo": "tab:blue", "topr": "tab:orange", "agro": "tab:green", "spo": "tab:red"}
 
 
@@ -49,7 +53,8 @@ def parse_args(argv=None):
                    help="wall-clock minutes per RL run, everything included but the final evaluation")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
-    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"], help="generation engine of the RL runs")
+    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
+                   help="generation engine of the RL runs (hf: fastest for the tiny model on a CPU; vllm on a GPU)")
     p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per puzzle (pass@k)")
     p.add_argument("--num-numbers", default="3,4", help="held-out puzzle sizes")
@@ -207,7 +212,8 @@ def main(argv=None):
         algo, seed = job
         run_dir = os.path.join(out, f"{algo}-s{seed}")
         cmd = [py, f"{algo}.py", "--task", args.task, "--model", sft_path, "--out", run_dir, "--seed", str(seed),
-               "--time-limit", str(args.time_limit), "--threads", str(args.threads), "--engine", args.engine]
+               "--time-limit", str(args.time_limit), "--threads", str(args.threads), "--engine", args.engine,
+               *EXTRA.get(algo, [])]
         return run_script(f"{algo}-s{seed}", cmd, run_dir, log_dir)
     with ThreadPoolExecutor(args.jobs) as pool:
         usages = dict(zip(jobs, pool.map(train, jobs)))

@@ -1,4 +1,5 @@
 """Shared fixtures. Tests run on one torch thread: two threads on a busy 2-core machine were 10-50x slower."""
+import json
 import os
 import sys
 
@@ -38,3 +39,39 @@ def fit(model, tok, prompts, completions, steps, lr, stop_below=None):
         if stop_below is not None and loss.item() < stop_below:
             break
     return loss.item()
+
+
+# Easy Countdown sets for the RL scripts' short runs: all 2-number sums, and four of them.
+SUMS = [{"nums": [a, b], "target": a + b} for a in range(1, 10) for b in range(1, 10)]
+FOUR = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9}, {"nums": [4, 4], "target": 8},
+        {"nums": [6, 1], "target": 7}]
+
+
+@pytest.fixture(scope="session")
+def weak_sft(tiny_path, tmp_path_factory):
+    """The tiny model after a deliberately short SFT on 2-number sums: mostly formatted, rarely right."""
+    from tasks import countdown
+    common.setup(0, 1)
+    model, tok = common.load_model(tiny_path)
+    prompts = common.encode_prompts(countdown, SUMS, tok, "compact")
+    completions = [tok(countdown.demonstration(p), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+                   for p in SUMS]
+    fit(model, tok, prompts, completions, steps=80, lr=2e-3)
+    path = str(tmp_path_factory.mktemp("weak") / "final")
+    common.save_checkpoint(path, model, tok)
+    return path
+
+
+def sampled(path, problems, samples=64) -> dict:
+    """common.evaluate's sampled metrics (T=1) of the model in `path` on `problems`, with a fixed seed."""
+    from tasks import countdown
+    common.setup(1, 1)
+    model, tok = common.load_model(path)
+    prompts = common.encode_prompts(countdown, problems, tok, "compact")
+    return common.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, k=samples, greedy=False,
+                           max_new_tokens=32)
+
+
+def write_jsonl(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)

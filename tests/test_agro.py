@@ -9,7 +9,7 @@ import torch
 
 import agro
 import common
-from conftest import fit
+from conftest import FOUR, SUMS, sampled, write_jsonl
 from tasks import countdown
 
 f64 = torch.float64
@@ -224,38 +224,12 @@ def test_onpolicy_characterisation_rare_correct_answer():
 # ---------------------------------------------------------------------------------------------------
 # The script on the tiny model
 # ---------------------------------------------------------------------------------------------------
-SUMS = [{"nums": [a, b], "target": a + b} for a in range(1, 10) for b in range(1, 10)]
-FOUR = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9}, {"nums": [4, 4], "target": 8},
-        {"nums": [6, 1], "target": 7}]
-
-
-@pytest.fixture(scope="module")
-def weak_sft(tiny_path, tmp_path_factory):
-    """The tiny model after a deliberately short SFT on 2-number sums: mostly formatted, rarely right."""
-    common.setup(0, 1)
-    model, tok = common.load_model(tiny_path)
-    prompts = common.encode_prompts(countdown, SUMS, tok, "compact")
-    completions = [tok(countdown.demonstration(p), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                   for p in SUMS]
-    fit(model, tok, prompts, completions, steps=80, lr=2e-3)
-    path = str(tmp_path_factory.mktemp("weak") / "final")
-    common.save_checkpoint(path, model, tok)
-    return path
-
-
 def _mean_reward(path, problems, samples=64):
-    common.setup(1, 1)
-    model, tok = common.load_model(path)
-    prompts = common.encode_prompts(countdown, problems, tok, "compact")
-    m = common.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, k=samples, greedy=False,
-                        max_new_tokens=32)
-    return m["sampled/reward"]
+    return sampled(path, problems, samples)["sampled/reward"]
 
 
 def _problem_file(tmp_path, problems):
-    path = tmp_path / "problems.jsonl"
-    path.write_text("".join(json.dumps(p) + "\n" for p in problems))
-    return str(path)
+    return write_jsonl(tmp_path / "problems.jsonl", problems)
 
 
 def _rows(out):

@@ -10,7 +10,7 @@ import torch
 
 import common
 import spo
-from conftest import fit
+from conftest import FOUR, sampled, write_jsonl
 from tasks import countdown
 
 BETA = spo.BETA
@@ -233,38 +233,12 @@ def test_tabular_convergence_to_the_optimal_policy():
 # ---------------------------------------------------------------------------------------------------
 # The script
 # ---------------------------------------------------------------------------------------------------
-SUMS = [{"nums": [a, b], "target": a + b} for a in range(1, 10) for b in range(1, 10)]
-FOUR = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9}, {"nums": [4, 4], "target": 8},
-        {"nums": [6, 1], "target": 7}]
 RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1", "--num-numbers", "3",
        "--threads", "1", "--seed", "0", "--engine", "hf"]
 
 
-@pytest.fixture(scope="module")
-def weak_sft(tiny_path, tmp_path_factory):
-    """The tiny model after a deliberately short SFT on 2-number sums: mostly formatted, rarely right."""
-    common.setup(0, 1)
-    model, tok = common.load_model(tiny_path)
-    prompts = common.encode_prompts(countdown, SUMS, tok, "compact")
-    completions = [tok(countdown.demonstration(p), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                   for p in SUMS]
-    fit(model, tok, prompts, completions, steps=80, lr=2e-3)
-    path = str(tmp_path_factory.mktemp("weak") / "final")
-    common.save_checkpoint(path, model, tok)
-    return path
-
-
 def _accuracy(path, problems, samples=64):
-    common.setup(1, 1)
-    model, tok = common.load_model(path)
-    prompts = common.encode_prompts(countdown, problems, tok, "compact")
-    return common.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, k=samples, greedy=False,
-                           max_new_tokens=32)["sampled/accuracy"]
-
-
-def _jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
+    return sampled(path, problems, samples)["sampled/accuracy"]
 
 
 def _rows(run_dir):
@@ -275,9 +249,10 @@ def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
     """Four 2-number sums, online SPO (cross-entropy loss) for 40 steps: accuracy (256 fresh samples at T=1)
     rises by a margin. Seen with seed 0: 0.059 -> 0.176. (With lr 3e-4 or the squared loss at 2e-4 this tiny
     model collapsed instead: pushing sampled failures down moves mass onto unsampled text.)"""
-    out = spo.main(RUN + ["--model", weak_sft, "--problems", _jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "40",
+    out = spo.main(RUN + ["--model", weak_sft, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "40",
                           "--batch-size", "32", "--samples-per-prompt", "8", "--q0-samples", "32", "--lr", "2e-4",
-                          "--loss", "ce", "--model-update-interval", "1", "--out", str(tmp_path / "run")])
+                          "--loss", "ce", "--model-update-interval", "1", "--beta", str(BETA),
+                          "--temperature", "0.1,0.8", "--top-p", "0.95", "--out", str(tmp_path / "run")])
     before, after = _accuracy(weak_sft, FOUR), _accuracy(os.path.join(out, "final"), FOUR)
     assert after > before + 0.06, (before, after)
     q0_rows = [json.loads(line) for line in open(os.path.join(out, "q0.jsonl"))]
@@ -287,10 +262,10 @@ def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
 def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch):
     """Offline-only batches use no sampling and recompute rewards from the text; a second run reuses the Q0
     cache; a run interrupted after step 3 and resumed ends with exactly the weights of an uninterrupted run."""
-    offline = _jsonl(tmp_path / "off.jsonl", [{"nums": [3, 5], "target": 8, "completion": "<answer>3+5</answer>"},
+    offline = write_jsonl(tmp_path / "off.jsonl", [{"nums": [3, 5], "target": 8, "completion": "<answer>3+5</answer>"},
                                               {"nums": [7, 2], "target": 9, "completion": "<answer>7*2</answer>",
                                                "reward": 1.0}])  # a wrong 'reward' field is ignored
-    problems = _jsonl(tmp_path / "p.jsonl", FOUR)
+    problems = write_jsonl(tmp_path / "p.jsonl", FOUR)
     base = RUN + ["--model", tiny_path, "--problems", problems, "--batch-size", "8", "--samples-per-prompt", "2",
                   "--q0-samples", "4", "--offline-data", offline, "--save-every", "2", "--model-update-interval", "3"]
     first = spo.main(base + ["--steps", "2", "--online-fraction", "0", "--out", str(tmp_path / "a")])
@@ -323,6 +298,16 @@ def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), name
     assert [r["loss"] for r in _rows(whole)[1:]] == [r["loss"] for r in _rows(resumed)[1:]]
+
+
+def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
+    out = spo.main(RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                          "--steps", "1000", "--batch-size", "4", "--samples-per-prompt", "2", "--q0-samples", "2",
+                          "--time-limit", "0.001", "--out", str(tmp_path / "run")])
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out before the first step ended
+    assert "eval3/sampled/accuracy" in rows[-1] and rows[-1]["samples"] == 4
+    assert os.path.isdir(os.path.join(out, "final"))
 
 
 @pytest.mark.parametrize("args,message", [
