@@ -65,6 +65,7 @@ def parse_args(argv=None):
                    help="prompts (groups of k) per forward/backward pass: memory only, same gradient")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--num-numbers", default="3,4", help="puzzle sizes to train on, comma-separated")
+    p.add_argument("--eval-numbers", default="3,4", help="held-out puzzle sizes to evaluate, comma-separated")
     p.add_argument("--problems", default=None,
                    help="training puzzles from a JSONL file or the hub instead of the generator")
     p.add_argument("--train-size", type=common.positive_int, default=20000, help="training puzzles per size")
@@ -159,8 +160,10 @@ def main(argv=None):
             raise ValueError(f"--k must be at least 2 for a leave-one-out baseline, got {args.k}")
         try:
             sizes = [int(s) for s in str(args.num_numbers).split(",")]
+            eval_sizes = [int(s) for s in str(args.eval_numbers).split(",")]
         except ValueError:
-            raise ValueError(f"--num-numbers: expected comma-separated integers, got {args.num_numbers!r}") from None
+            raise ValueError(f"--num-numbers/--eval-numbers: expected comma-separated integers, got "
+                             f"{args.num_numbers!r}/{args.eval_numbers!r}") from None
         ckpt = common.checkpoint_path(os.path.join(out, "checkpoint")) if args.resume else None
         if args.resume and ckpt is None:
             raise ValueError(f"--resume {args.resume}: no checkpoint to resume from")
@@ -169,7 +172,7 @@ def main(argv=None):
             pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
         else:
             pool = [p for n in sizes for p in task.get_problems("train", args.train_size, num_numbers=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in sizes}
+        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in eval_sizes}
         run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         ref_model, _ = common.load_model(ref_path, device=device)  # frozen pi_ref, for beta and the KL metric

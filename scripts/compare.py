@@ -120,7 +120,7 @@ def write_table(results: dict, args, sizes: list[int], path: str) -> str:
     lines = ["| algorithm | " + " | ".join(c[0] for c in cols) + " | wall-clock (s) | peak memory (MB) |",
              "|---" * (len(cols) + 3) + "|"]
     for name, runs in results["runs"].items():
-        cells = [mean_sd([r["eval"][key] for r in runs], scale, 1 if scale == 100 else 3) for _, key, scale in cols]
+        cells = [mean_sd([r["eval"][key] for r in runs], scale, 3 if "reward" in key else 1) for _, key, scale in cols]
         cells += [mean_sd([r["usage"]["wall_s"] for r in runs], digits=0),
                   mean_sd([r["usage"]["peak_rss_mb"] for r in runs], digits=0)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -69,7 +69,7 @@ def _problem_file(tmp_path, problems):
 
 
 RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
-       "--num-numbers", "3", "--threads", "1", "--seed", "0", "--no-resample-uniform"]
+       "--num-numbers", "3", "--eval-numbers", "3", "--threads", "1", "--seed", "0", "--no-resample-uniform"]
 
 
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
