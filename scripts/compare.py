@@ -1,8 +1,9 @@
 """Compare the five algorithms on one task: one SFT checkpoint, the same wall-clock budget, several seeds.
 
     python scripts/compare.py                       # CPU: tiny model, 3 seeds, 3 minutes per RL run
-    python scripts/compare.py --model Qwen/Qwen2.5-0.5B-Instruct --time-limit 30 --jobs 1 --engine vllm  # GPU
-(For a hub model sft.py also needs its data and schedule flags: see the README's GPU section.)
+    python scripts/compare.py --sft runs/sft-countdown-TIME/final --time-limit 30 --jobs 1 --engine vllm  # GPU
+(`--model` only reaches sft.py, whose other defaults are the tiny model's: train a real model's SFT checkpoint
+as in the README's GPU section and pass it as --sft.)
 
 1. sft.py trains the starting checkpoint once (or `--sft PATH` reuses one).
 2. rloo.py, topr.py, agro.py and spo.py each start from it with their own defaults, `--seed s` for every
