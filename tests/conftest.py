@@ -75,3 +75,17 @@ def sampled(path, problems, samples=64) -> dict:
 def write_jsonl(path, rows) -> str:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
+
+
+def run_until_killed(main, argv, monkeypatch, step):
+    """Run a script's main(argv) and interrupt it (KeyboardInterrupt) as it logs `step`: a run killed mid-way."""
+    real_log = common.Run.log
+
+    def dies(self, s, metrics):
+        if s == step:
+            raise KeyboardInterrupt
+        real_log(self, s, metrics)
+    monkeypatch.setattr(common.Run, "log", dies)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    monkeypatch.setattr(common.Run, "log", real_log)

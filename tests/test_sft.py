@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 
 import common
 import sft
-from conftest import fit
+from conftest import fit, run_until_killed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,16 +64,7 @@ def test_end_to_end_run_writes_metrics_checkpoint_and_final_model(tmp_path):
 def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path, monkeypatch):
     straight = sft.main(TINY_RUN + ["--out", str(tmp_path / "a")])
 
-    real_log = common.Run.log
-
-    def dies_at_step_5(self, step, metrics):
-        if step == 5:
-            raise KeyboardInterrupt
-        real_log(self, step, metrics)
-    monkeypatch.setattr(common.Run, "log", dies_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        sft.main(TINY_RUN + ["--out", str(tmp_path / "b")])
-    monkeypatch.setattr(common.Run, "log", real_log)
+    run_until_killed(sft.main, TINY_RUN + ["--out", str(tmp_path / "b")], monkeypatch, step=5)
     resumed = sft.main(["--resume", str(tmp_path / "b")])  # restarts from the step-3 checkpoint
 
     a = AutoModelForCausalLM.from_pretrained(os.path.join(straight, "final")).state_dict()

@@ -10,7 +10,7 @@ import torch
 
 import common
 import spo
-from conftest import FOUR, sampled, write_jsonl
+from conftest import FOUR, run_until_killed, sampled, write_jsonl
 from tasks import countdown
 
 BETA = spo.BETA
@@ -280,17 +280,8 @@ def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch
     assert [r["sampler_age"] for r in _rows(whole)[1:]] == [0, 1, 2, 0, 1]  # --model-update-interval 3
     assert open(os.path.join(whole, "q0.jsonl")).read() == open(cache).read()  # reused, nothing re-estimated
 
-    real_log = common.Run.log
-
-    def crash_at_step_3(self, step, metrics):
-        if step == 3:
-            raise KeyboardInterrupt
-        real_log(self, step, metrics)
-
-    monkeypatch.setattr(common.Run, "log", crash_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        spo.main(base + ["--steps", "5", "--online-fraction", "0.5", "--q0-cache", cache, "--out", str(tmp_path / "c")])
-    monkeypatch.setattr(common.Run, "log", real_log)
+    run_until_killed(spo.main, base + ["--steps", "5", "--online-fraction", "0.5", "--q0-cache", cache,
+                                       "--out", str(tmp_path / "c")], monkeypatch, step=3)
     resumed = spo.main(["--resume", str(tmp_path / "c")])
     assert [r["step"] for r in _rows(resumed)] == [0, 1, 2, 3, 4, 5]
     a, _ = common.load_model(os.path.join(whole, "final"))

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 
 import common
 import topr
+from conftest import run_until_killed
 
 LIMIT_SETS = [topr.LIMITS[name] for name in ("topr", "naive", "tis", "is", "sft")] + [(0.5, 2.0, 0.2, 3.0)]
 
@@ -269,16 +270,8 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tiny_path, tmp
     args = RUN + ["--model", tiny_path, "--iterations", "2", "--save-every", "2", "--sampling", "anna-karenina"]
     straight = topr.main(args + ["--out", str(tmp_path / "a")])
 
-    real_log = common.Run.log
-
-    def dies_at_step_5(self, step, metrics):  # in the second iteration, after its data were written
-        if step == 5:
-            raise KeyboardInterrupt
-        real_log(self, step, metrics)
-    monkeypatch.setattr(common.Run, "log", dies_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        topr.main(args + ["--out", str(tmp_path / "b")])
-    monkeypatch.setattr(common.Run, "log", real_log)
+    # killed in the second iteration, after its data were written
+    run_until_killed(topr.main, args + ["--out", str(tmp_path / "b")], monkeypatch, step=5)
     resumed = topr.main(["--resume", str(tmp_path / "b")])
     assert _same(_weights(straight), _weights(resumed))
     assert _rows(os.path.join(straight, "data-1.jsonl")) == _rows(os.path.join(resumed, "data-1.jsonl"))
