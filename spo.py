@@ -1,8 +1,8 @@
 """spo.py: Soft Policy Optimization (SPO) with the cumulative Q-parameterization, online + offline data.
 
 Cohen et al. (../shared/papers/001_*, §2-§5), ../shared/ALGORITHMS.md §5. Terminal reward r in {0 (correct),
--1 (otherwise)}, KL-regularised objective E_pi r - beta KL(pi || pi_0), beta = 1/ln(1e5) ~ 0.0869. The policy
-IS the Q-function:
+-1 (otherwise)}, KL-regularised objective E_pi r - beta KL(pi || pi_0) (the paper's beta = 1/ln(1e5) ~ 0.0869;
+our default 0.5, see "Defaults" below). The policy IS the Q-function:
 
     A_t = beta * (log pi_theta(a_t|x,a<t) - log pi_0(a_t|x,a<t))        (Eq. 11, pi_0 = the frozen start model)
     Q_t = Q0_hat(x) + sum_{t'<=t} A_t'                                   (Eq. 12, cumulative Q)
