@@ -81,8 +81,9 @@ def parse_args(argv=None):
                    help="on-policy groups: weight of the likelihood-ratio term g_LR (1 = the paper, 0 = RLOO "
                         "with the KL in the reward)")
     p.add_argument("--lr-baseline", choices=["var", "none", "paper"], default="var",
-                   help="v_i in g_LR: var = ddof-1 variance of the other n-1 r_pi (unbiased, n >= 3); none = 0 "
-                        "(unbiased); paper = mean of the others' squared LOO residuals (y_i-dependent, biased)")
+                   help="v_i in g_LR: var = n/(n-1) x ddof-1 variance of the other n-1 r_pi (unbiased and centred, "
+                        "n >= 3); none = 0 (unbiased, not centred); paper = mean of the others' squared LOO "
+                        "residuals (centred, y_i-dependent, slightly biased)")
     p.add_argument("--online-fraction", type=float, default=None,
                    help="share of each batch's groups sampled from the current policy (default: 1 with "
                         "--mode onpolicy, 0 with --mode offpolicy)")
@@ -100,11 +101,14 @@ def parse_args(argv=None):
                    help="seq: sum over tokens, mean over sequences (the derivation is at sequence level)")
     p.add_argument("--reward", default="original", help="reward variant: original, A or B")
     p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="steps of linear lr warm-up (Adam's first updates are ~lr*sign(g) for every weight)")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=8,
                    help="prompts (groups of n) per forward/backward pass: memory only, same gradient")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--num-numbers", default="3,4", help="puzzle sizes to train on, comma-separated")
+    p.add_argument("--eval-numbers", default="3,4", help="held-out puzzle sizes to evaluate, comma-separated")
     p.add_argument("--problems", default=None,
                    help="training puzzles from a JSONL file or the hub instead of the generator")
     p.add_argument("--train-size", type=common.positive_int, default=20000, help="training puzzles per size")
@@ -151,10 +155,15 @@ def agro_onpolicy_weights(rpi: torch.Tensor, beta: float, lambda_lr: float = 1.0
     """On-policy AGRO weights w_i / beta (Eqs. 5-6, ALGORITHMS.md §4.3-4.4).  rpi: [B, n] -> [B, n]
 
     w_i = beta (r_pi,i - b_i) - lambda_lr 1/2 [(r_pi,i - b_i)^2 - v_i]; divided by beta so that the
-    pathwise part has the off-policy scale. E[(r_pi,i - b_i)^2 | y_i] = (r_pi,i - m)^2 + Var/(n-1), and the
-    constant multiplies a zero-mean score, so v_i = 0 is unbiased (Proposition 4); "var" (ddof-1 variance
-    of the other n-1 rewards) is unbiased too, as it does not depend on y_i; "paper" (our reading of the
-    variance-reduced estimate, mean of the others' squared residuals) depends on y_i and is biased.
+    pathwise part has the off-policy scale. E[(r_pi,i - b_i)^2 | y_i] = (r_pi,i - m)^2 + Var/(n-1): any v_i
+    that does not depend on y_i multiplies a zero-mean score, so v_i = 0 is unbiased (Proposition 4), but
+    then every weight carries -(lambda/2beta) n/(n-1) Var on average, a push on all sampled sequences that
+    cancels only in expectation and, on Countdown, is larger than the signal (the model drifts). The
+    baselines below remove it, as the average of (r_pi,i - b_i)^2 over the group is n/(n-1) Var:
+      "var"   n/(n-1) x the ddof-1 variance of the other n-1 rewards: independent of y_i, so unbiased, and
+              centred (ALGORITHMS.md §4.3 proposes the variance alone, which leaves Var/(n-1) uncentred);
+      "paper" our reading of the paper's variance-reduced estimate, the mean of the others' squared
+              residuals: centred too, but it depends on y_i through b_j, so slightly biased.
     """
     adv = agro_offpolicy_weights(rpi)  # [B, n]
     n = rpi.shape[-1]
@@ -165,7 +174,7 @@ def agro_onpolicy_weights(rpi: torch.Tensor, beta: float, lambda_lr: float = 1.0
             raise ValueError("--lr-baseline var needs n >= 3 (the variance of the other n-1 rewards)")
         others_mean = loo_baseline(rpi)  # [B, n]
         sq_others = (rpi ** 2).sum(-1, keepdim=True) - rpi ** 2  # sum_{j != i} r_pi,j^2
-        v = (sq_others - (n - 1) * others_mean ** 2) / (n - 2)
+        v = n / (n - 1) * (sq_others - (n - 1) * others_mean ** 2) / (n - 2)
     elif lr_baseline == "paper":
         v = loo_baseline(adv ** 2)
     else:
@@ -314,8 +323,10 @@ def main(argv=None):
             raise ValueError("--lr-baseline var needs --n >= 3; use --lr-baseline none with n = 2")
         try:
             sizes = [int(s) for s in str(args.num_numbers).split(",")]
+            eval_sizes = [int(s) for s in str(args.eval_numbers).split(",")]
         except ValueError:
-            raise ValueError(f"--num-numbers: expected comma-separated integers, got {args.num_numbers!r}") from None
+            raise ValueError(f"--num-numbers/--eval-numbers: expected comma-separated integers, got "
+                             f"{args.num_numbers!r}/{args.eval_numbers!r}") from None
         if args.offline_data and n_online == args.prompts:
             raise ValueError("--offline-data is unused when every group is on-policy: give --online-fraction < 1")
         if args.offline_data and not os.path.exists(args.offline_data):
@@ -328,7 +339,7 @@ def main(argv=None):
             pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
         else:
             pool = [p for n in sizes for p in task.get_problems("train", args.train_size, num_numbers=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in sizes}
+        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in eval_sizes}
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         ref_model, _ = common.load_model(ref_path, device=device)  # frozen pi_ref
         style = common.prompt_style(model, tokenizer)
@@ -454,6 +465,8 @@ def main(argv=None):
                         gap = (logprobs[row, :len(s_ids)].detach() - torch.tensor(s_lp)).abs().max().item()
                         logprob_gap = max(logprob_gap, gap)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
+        for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps, then constant
+            group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
         optimizer.step()
         model.eval()
         engine.sync(model)  # the next on-policy groups (and evaluations) are sampled from exactly these weights

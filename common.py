@@ -323,6 +323,7 @@ class SamplingConfig:
     temperature: float = 1.0   # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0             # 0 = off
+    seed: int | None = None    # None: the global RNG; an int: the same draws every call (evaluation)
 
 
 def _cut_at_eos(ids: list[int], eos_ids: set[int], max_new_tokens: int) -> tuple[list[int], bool]:
@@ -360,8 +361,12 @@ class HFEngine:
         out: list[Sample] = []
         was_training = self.model.training
         self.model.eval()
-        for s in range(0, len(flat), self.batch_size):
-            out.extend(self._generate_batch(flat[s:s + self.batch_size], sc))
+        cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda, enabled=sc.seed is not None):  # a seed leaves the global RNG as it was
+            if sc.seed is not None:
+                torch.manual_seed(sc.seed)
+            for s in range(0, len(flat), self.batch_size):
+                out.extend(self._generate_batch(flat[s:s + self.batch_size], sc))
         self.model.train(was_training)
         return [out[i * sc.n:(i + 1) * sc.n] for i in range(len(prompts))]
 
@@ -428,11 +433,15 @@ class VLLMEngine:
 
     def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
         greedy = sc.temperature == 0
-        params = self._SamplingParams(
-            n=sc.n, max_tokens=sc.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos),
-            temperature=0.0 if greedy else sc.temperature, top_p=1.0 if greedy else sc.top_p,
-            top_k=0 if greedy or sc.top_k == 0 else sc.top_k, skip_special_tokens=True)
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        def params(i):  # with a seed, prompt i's n samples get seeds seed + i n ... (vLLM adds the sample index)
+            return self._SamplingParams(
+                n=sc.n, max_tokens=sc.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos),
+                temperature=0.0 if greedy else sc.temperature, top_p=1.0 if greedy else sc.top_p,
+                top_k=0 if greedy or sc.top_k == 0 else sc.top_k, skip_special_tokens=True,
+                seed=None if sc.seed is None else sc.seed + i * sc.n)
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                    [params(i) for i in range(len(prompts))] if sc.seed is not None else params(0),
+                                    use_tqdm=False)
         result = []
         for p, out in zip(prompts, outputs):
             group = []
@@ -559,7 +568,7 @@ def score_group(task, problem: dict, samples: list[Sample], variants) -> dict:
 def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k: int = 8,
              temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
              reward_variant: str = "original", greedy: bool = True, prefix: str = "",
-             all_rewards: bool = False) -> dict:
+             all_rewards: bool = False, seed: int | None = 0) -> dict:
     """The one evaluation every script reports, so that numbers compare across algorithms.
 
     greedy/*  : one greedy completion per problem.
@@ -568,10 +577,13 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
     is present), length (mean completion tokens). Plus pass@k (unbiased estimator from the k samples)
     and maj@k (the most frequent answer string among the k, whitespace removed, is correct).
     all_rewards: also report the mean reward under every variant of the task (reward_A, reward_B, ...).
+    seed: the samples are drawn with this seed (None: from the global RNG), so an evaluation neither
+    consumes the training RNG (a resumed run repeats the uninterrupted one whatever it evaluated) nor
+    differs between two runs by luck: two checkpoints are compared on common random numbers.
     """
     metrics = {}
     modes = ([("greedy", SamplingConfig(1, max_new_tokens, 0.0))] if greedy else []) + (
-        [("sampled", SamplingConfig(k, max_new_tokens, temperature, top_p))] if k > 0 else [])
+        [("sampled", SamplingConfig(k, max_new_tokens, temperature, top_p, seed=seed))] if k > 0 else [])
     for mode, sc in modes:
         groups = engine.generate(prompts, sc)
         variants = [reward_variant] + [v for v in task.REWARD_VARIANTS if all_rewards and v != reward_variant]

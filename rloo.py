@@ -26,6 +26,7 @@ Run:  python sft.py --task countdown && python rloo.py --task countdown     (CPU
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -60,6 +61,9 @@ def parse_args(argv=None):
                    help="with --resample-uniform: at most this many generation rounds a step")
     p.add_argument("--lr", type=common.positive_float, default=6e-5,
                    help="AdamW lr (on the tiny model 3e-5 and 6e-5 learned; 1e-4 and 2e-4 did not)")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for every weight, "
+                        "so without it the first noisy batches move the model furthest")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=8,
                    help="prompts (groups of k) per forward/backward pass: memory only, same gradient")
@@ -125,14 +129,17 @@ def draw_batch(engine, task, pool, prompts_of, step, args):
     """Sample k completions for --prompts prompts (fresh draws of prompts, seeded by step).
 
     With --resample-uniform, groups whose k rewards are all equal are set aside and further prompts are
-    drawn, up to --max-draws rounds, until --prompts groups carry a learning signal; if there are still
-    too few, the batch is topped up with uniform groups (which add zero gradient).
+    drawn, up to --max-draws rounds, until --prompts groups carry a learning signal; each further round
+    draws only as many prompts as the share of signal seen so far says are missing (plus a quarter). If
+    there are still too few, the batch is topped up with uniform groups (which add zero gradient).
     """
     rng = np.random.default_rng([args.seed, step])
     sc = common.SamplingConfig(n=args.k, max_new_tokens=args.max_new_tokens, temperature=1.0)  # on-policy
     kept, uniform, drawn = [], [], 0
     for _ in range(args.max_draws if args.resample_uniform else 1):
-        idx = rng.choice(len(pool), args.prompts, replace=False)
+        missing = args.prompts - len(kept)
+        m = args.prompts if drawn == 0 else min(args.prompts, math.ceil(1.25 * missing / max(len(kept) / drawn, 0.25)))
+        idx = rng.choice(len(pool), m, replace=False)
         groups = engine.generate([prompts_of[i] for i in idx], sc)
         drawn += len(idx)
         for i, g in zip(idx, groups):
@@ -141,7 +148,8 @@ def draw_batch(engine, task, pool, prompts_of, step, args):
         if len(kept) >= args.prompts:
             break
     batch = (kept + uniform)[:args.prompts]
-    return batch, len(kept) / drawn if args.resample_uniform else np.mean([max(r) > min(r) for _, _, r in batch])
+    share = len(kept) / drawn if args.resample_uniform else np.mean([max(r) > min(r) for _, _, r in batch])
+    return batch, share, drawn * args.k
 
 
 def main(argv=None):
@@ -214,7 +222,7 @@ def main(argv=None):
     while step < args.steps:
         t0 = time.perf_counter()
         model.eval()
-        batch, signal_share = draw_batch(engine, task, pool, prompts_of, step, args)
+        batch, signal_share, generated = draw_batch(engine, task, pool, prompts_of, step, args)
         samples = [s for _, g, _ in batch for s in g]
         rewards = torch.tensor([r for _, _, rs in batch for r in rs]).view(len(batch), args.k)  # [B, k]
         t_gen = time.perf_counter() - t0
@@ -247,6 +255,8 @@ def main(argv=None):
             h_all.append(h)
             len_all.append(mask.sum(-1))
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
+        for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps, then constant
+            group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
         optimizer.step()
         model.eval()
         t_sync = time.perf_counter()
@@ -260,7 +270,7 @@ def main(argv=None):
                "format_rate": float(np.mean([g != "no_answer" for g in grades])),
                "kl": torch.cat(h_all).mean().item(), "length": torch.cat(len_all).mean().item(),
                "logprob_gap": logprob_gap, "signal_share": float(signal_share), "grad_norm": grad_norm,
-               "samples": len(samples), "time_generate": t_gen, "time_sync": t_sync,
+               "samples": len(samples), "generated": generated, "time_generate": t_gen, "time_sync": t_sync,
                "time_step": time.perf_counter() - t0}
         last = step == args.steps or time.time() >= deadline
         if step % args.eval_every == 0 or last:

@@ -31,7 +31,7 @@ def test_weights_on_hand_computed_tensors():
                                 ([0.1, 0.0, 0.8], [0.9, 0.0, 0.8], [0.9, 0.1, 0.8], [0.9, 0.1, 0.0])]], dtype=f64)
     sq = adv ** 2
     paper_v = (sq.sum() - sq) / 3
-    for base, v in [("none", torch.zeros_like(adv)), ("var", others_var), ("paper", paper_v)]:
+    for base, v in [("none", torch.zeros_like(adv)), ("var", 4 / 3 * others_var), ("paper", paper_v)]:
         w = agro.agro_onpolicy_weights(rpi, beta=0.2, lambda_lr=0.5, lr_baseline=base)
         assert torch.allclose(w, adv - 0.5 * 0.5 * (sq - v) / 0.2), base
     assert torch.equal(agro.agro_onpolicy_weights(rpi, 0.2, 0.0), adv)  # lambda_LR = 0: the off-policy weights
@@ -185,6 +185,26 @@ def test_onpolicy_estimator_is_unbiased():
     # lambda_LR = 0: the pathwise term alone, i.e. the gradient of the off-policy loss with mu := pi
     pd = expected_grad(theta.detach(), ref_logp, r, beta, None, 3, "on", 0.0)
     assert (pd - expected_grad(theta.detach(), ref_logp, r, beta, pi.detach(), 3, "off")).abs().max() < 1e-12
+
+
+def test_onpolicy_baselines_centre_the_weights():
+    """The expected mean weight of a group, over every 4-tuple drawn from pi, is -(lambda/2 beta) n/(n-1) Var
+    with v = 0 (a push on every sampled sequence that only the score's zero mean cancels); the "var" and
+    "paper" baselines bring it to 0 (agro_onpolicy_weights' docstring)."""
+    ref, ref_logp, r, _ = bandit(0)
+    beta, n = 0.3, 4
+    logp = torch.log_softmax(ref + torch.randn(6, generator=torch.Generator().manual_seed(4), dtype=f64), -1)
+    arms = torch.tensor(list(itertools.product(range(6), repeat=n)))  # [6^n, n]
+    prob = logp.exp()[arms].prod(-1)  # [G]
+    rpi = agro.regularised_rewards(r[arms], logp[arms] - ref_logp[arms], beta)
+    pi, values = logp.exp(), r - beta * (logp - ref_logp)
+    var = (pi * (values - (pi * values).sum()) ** 2).sum()
+
+    def mean_weight(base):  # E over groups of mean_i w_i / beta, minus the lambda = 0 part (which is 0)
+        return (prob * agro.agro_onpolicy_weights(rpi, beta, 1.0, base).mean(-1)).sum().item()
+
+    assert mean_weight("none") == pytest.approx(-0.5 / beta * n / (n - 1) * var.item(), rel=1e-9)
+    assert abs(mean_weight("var")) < 1e-12 and abs(mean_weight("paper")) < 1e-12
 
 
 def test_onpolicy_characterisation_rare_correct_answer():

@@ -76,6 +76,23 @@ def test_same_seed_same_samples(tiny):
     assert [s.ids for s in a[0]] == [s.ids for s in b[0]]
 
 
+def test_a_seeded_sampling_config_repeats_itself_and_leaves_the_global_rng_alone(tiny):
+    model, tok = tiny
+    engine = common.HFEngine(model, tok)
+    prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["7 8 9=15:", "1 2=3:"]]
+    seeded = common.SamplingConfig(n=4, max_new_tokens=16, seed=5)
+    common.setup(3)
+    a = engine.generate(prompts, seeded)
+    after_a = torch.rand(1)
+    common.setup(4)
+    b = engine.generate(prompts, seeded)
+    assert [s.ids for g in a for s in g] == [s.ids for g in b for s in g]
+    common.setup(3)
+    assert torch.equal(torch.rand(1), after_a)  # as if the seeded call had not happened
+    other = engine.generate(prompts, common.SamplingConfig(n=4, max_new_tokens=16, seed=6))
+    assert [s.ids for g in a for s in g] != [s.ids for g in other for s in g]
+
+
 def test_pass_at_k_is_the_unbiased_estimator():
     assert common.pass_at_k(8, 0, 8) == 0.0
     assert common.pass_at_k(8, 8, 1) == 1.0

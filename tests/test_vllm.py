@@ -53,6 +53,17 @@ def test_greedy_matches_hf_generate(engine_and_model):
     assert [g[0].ids for g in hf] == [g[0].ids for g in vl]
 
 
+def test_a_seed_repeats_the_samples_and_each_prompt_draws_its_own(engine_and_model):
+    engine, model, tok = engine_and_model
+    prompts = [tok("45 12 3=36:", add_special_tokens=False)["input_ids"]] * 2
+    sc = common.SamplingConfig(n=4, max_new_tokens=24, seed=11)
+    a, b = engine.generate(prompts, sc), engine.generate(prompts, sc)
+    ids = lambda groups: [[s.ids for s in g] for g in groups]  # noqa: E731
+    assert ids(a) == ids(b)
+    assert ids(a)[0] != ids(a)[1]  # the same prompt twice: other seeds, other samples
+    assert len({tuple(s.ids) for s in a[0]}) > 1  # and the n samples of one prompt differ
+
+
 def test_sync_refuses_an_untested_vllm_version(engine_and_model, monkeypatch):
     engine, model, _ = engine_and_model
     monkeypatch.setattr(engine, "version", "9.9.9")
