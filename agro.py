@@ -383,24 +383,16 @@ def main(argv=None):
           f"loss {args.loss}, B={args.prompts} ({n_online} on-policy) n={args.n} beta={args.beta} "
           f"lambda_LR={args.lambda_lr}, run folder {run.dir}")
 
-    def sequence_h(prompts, completions):
-        """log pi(y|x) - log pi_ref(y|x) per sequence, no gradient."""
-        with torch.no_grad():
-            lp, mask = common.completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
-            ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, tokenizer.pad_token_id)
-        return ((lp - ref_lp) * mask).sum(-1)
-
     def evaluate():
         model.eval()
         metrics = {}
         for n, (problems, prompts) in eval_sets.items():
             metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k, prefix=f"eval{n}/",
                                            max_new_tokens=args.max_new_tokens, reward_variant=args.reward))
-        # KL(pi || pi_ref) = E_{y~pi} h(y), Monte Carlo on 4 fresh samples of 64 training prompts
+        # KL(pi || pi_ref) = E_{y~pi} h(y), Monte Carlo on 4 samples of 64 training prompts
         idx = np.random.default_rng([args.seed, 7]).choice(len(pool), min(64, len(pool)), replace=False)
-        flat = [s for g in engine.generate([prompts_of[i] for i in idx], common.SamplingConfig(4, args.max_new_tokens))
-                for s in g]
-        metrics["kl_to_ref"] = sequence_h([s.prompt_ids for s in flat], [s.ids for s in flat]).mean().item()
+        metrics["kl_to_ref"] = common.kl_to_ref(engine, model, ref_model, [prompts_of[i] for i in idx],
+                                                tokenizer.pad_token_id, max_new_tokens=args.max_new_tokens)
         return metrics
 
     if step == 0:

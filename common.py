@@ -606,6 +606,18 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
     return metrics
 
 
+def kl_to_ref(engine, model, ref_model, prompts: list[list[int]], pad_id: int, *, n: int = 4,
+              max_new_tokens: int = 64, seed: int | None = 0) -> float:
+    """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over n samples
+    y ~ pi (temperature 1, seeded like `evaluate`) of each prompt. `engine` must hold `model`'s weights."""
+    flat = [s for g in engine.generate(prompts, SamplingConfig(n, max_new_tokens, seed=seed)) for s in g]
+    args = ([s.prompt_ids for s in flat], [s.ids for s in flat], pad_id)
+    with torch.no_grad():
+        lp, mask = completion_logprobs(model, *args)
+        ref_lp, _ = completion_logprobs(ref_model, *args)
+    return ((lp - ref_lp) * mask).sum(-1).mean().item()
+
+
 # ---------------------------------------------------------------------------------------------------
 # 8. Runs, metrics and checkpoints
 # ---------------------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def parse_args(argv=None):
                    help="training puzzles from a JSONL file or the hub instead of the generator")
     p.add_argument("--train-size", type=common.positive_int, default=20000, help="training puzzles per size")
     # evaluation
-    p.add_argument("--eval-every", type=common.positive_int, default=25)
+    p.add_argument("--eval-every", type=common.positive_int, default=50)
     p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a puzzle at temperature 1")
     p.add_argument("--save-every", type=common.positive_int, default=50)
@@ -183,7 +183,7 @@ def main(argv=None):
         eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in eval_sizes}
         run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
-        ref_model, _ = common.load_model(ref_path, device=device)  # frozen pi_ref, for beta and the KL metric
+        ref_model, _ = common.load_model(ref_path, device=device)  # frozen pi_ref: for beta > 0 and kl_to_ref
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
     ref_model.requires_grad_(False)
@@ -211,6 +211,10 @@ def main(argv=None):
         for n, (problems, prompts) in eval_sets.items():
             metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k, prefix=f"eval{n}/",
                                            max_new_tokens=args.max_new_tokens, reward_variant=args.reward))
+        # KL(pi || pi_ref) per sequence: 4 samples of 64 training prompts (every step too when beta > 0: "kl")
+        idx = np.random.default_rng([args.seed, 7]).choice(len(pool), min(64, len(pool)), replace=False)
+        metrics["kl_to_ref"] = common.kl_to_ref(engine, model, ref_model, [prompts_of[i] for i in idx],
+                                                tokenizer.pad_token_id, max_new_tokens=args.max_new_tokens)
         return metrics
 
     if step == 0:
@@ -240,19 +244,21 @@ def main(argv=None):
             prompts, completions = [s.prompt_ids for s in mb], [s.ids for s in mb]
             logprobs, mask = common.completion_logprobs(model, prompts, completions, tokenizer.pad_token_id)
             with torch.no_grad():
-                ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, tokenizer.pad_token_id)
                 engine_lp = torch.zeros_like(mask)
                 for i, s in enumerate(mb):
                     engine_lp[i, :len(s.ids)] = torch.tensor(s.logprobs)
                 logprob_gap = max(logprob_gap, ((engine_lp - logprobs.detach()).abs() * mask).max().item())
-            h = ((logprobs.detach() - ref_lp) * mask).sum(-1)  # [b*k] log pi(y|x) - log pi_ref(y|x)
-            advantages = rloo_advantages(r - args.beta * h.view_as(r)).view(-1)  # Eq. 2, R = r - beta sg(h)
+                if args.beta:  # h = log pi(y|x) - log pi_ref(y|x): [b*k]; with beta = 0 only evaluate() measures it
+                    ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, tokenizer.pad_token_id)
+                    h = ((logprobs.detach() - ref_lp) * mask).sum(-1)
+                    h_all.append(h)
+                    r = r - args.beta * h.view_as(r)  # R = r - beta sg(h)
+            advantages = rloo_advantages(r).view(-1)  # Eq. 2
             # weight each micro-batch by its share, so the sum is the loss of the whole batch (Eq. 3)
             share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(mb) / n_samples
             loss = rloo_loss(logprobs, mask, advantages, args.loss_norm) * share
             loss.backward()
             loss_sum += loss.item()
-            h_all.append(h)
             len_all.append(mask.sum(-1))
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
         for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps, then constant
@@ -268,7 +274,7 @@ def main(argv=None):
         row = {"loss": loss_sum, "reward": rewards.mean().item(),
                "accuracy": float(np.mean([g == "correct" for g in grades])),
                "format_rate": float(np.mean([g != "no_answer" for g in grades])),
-               "kl": torch.cat(h_all).mean().item(), "length": torch.cat(len_all).mean().item(),
+               **({"kl": torch.cat(h_all).mean().item()} if h_all else {}), "length": torch.cat(len_all).mean().item(),
                "logprob_gap": logprob_gap, "signal_share": float(signal_share), "grad_norm": grad_norm,
                "samples": len(samples), "generated": generated, "time_generate": t_gen, "time_sync": t_sync,
                "time_step": time.perf_counter() - t0}
@@ -276,7 +282,7 @@ def main(argv=None):
         if step % args.eval_every == 0 or last:
             row.update(evaluate())
             tqdm.write(f"step {step}: " + "  ".join(
-                f"{k}={row[k]:.3f}" for k in row if k.endswith("sampled/accuracy") or k in ("signal_share",)))
+                f"{k}={row[k]:.3f}" for k in row if k.endswith("sampled/accuracy") or k in ("signal_share", "kl_to_ref")))
         run.log(step, row)
         bar.update(1)
         bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}", gap=f"{logprob_gap:.1e}")

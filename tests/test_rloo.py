@@ -88,10 +88,19 @@ def test_vllm_engine_stays_in_sync_during_training(weak_sft, tmp_path):
     out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "8",
                            "--k", "4", "--lr", "5e-4", "--steps", "4", "--engine", "vllm",
                            "--out", str(tmp_path / "run")])
-    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][1:]
+    first, *rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert len(rows) == 4
     assert all(r["logprob_gap"] < 1e-3 for r in rows)  # every step samples from the weights just trained
-    assert rows[-1]["kl"] != 0.0  # the policy has moved away from the reference
+    assert first["kl_to_ref"] == 0.0 and rows[-1]["kl_to_ref"] > 0.0  # the policy has moved away from the reference
+
+
+def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, tmp_path):
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "4",
+                           "--k", "4", "--lr", "5e-4", "--warmup", "0", "--steps", "2", "--beta", "0.1",
+                           "--engine", "hf", "--out", str(tmp_path / "run")])
+    _, first, second = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert first["kl"] == 0.0  # step 1 trains on samples of the reference weights themselves: h = 0 exactly
+    assert second["kl"] != 0.0
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(weak_sft, tmp_path):
