@@ -520,7 +520,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, probe_
         return hf if verdicts[key] == "hf" else VLLMEngine(path, tokenizer, **vllm_kwargs)
     v = VLLMEngine(path, tokenizer, **vllm_kwargs)
     v.sync(model)
-    sc = SamplingConfig(n=8, max_new_tokens=64)
+    sc = SamplingConfig(n=8, max_new_tokens=64, seed=0)  # seeded: measuring leaves the training RNG as it was
     times = {"hf": math.inf, "vllm": math.inf}
     for eng in (hf, v):
         eng.generate(probe_prompts[:2], sc)  # warm-up
