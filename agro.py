@@ -39,11 +39,14 @@ Off-policy AGRO needs no behaviour log-probs, so file completions are simply re-
 On-policy warning (ALGORITHMS.md §4.6, derived): with rewards {0, 1} and success rate p at pi = pi_ref, the
 expected on-policy AGRO update raises a correct answer's probability only if p > 1/2 - beta (for rewards
 {a, b}: p > 1/2 - beta/|a - b|); below, the lambda_LR term pushes rarely-solved prompts towards never being
-solved (a zero-variance policy). Measured on Countdown from the SFT model (README; rewards 1 / 0.1, 3-number
-prompts, whose mean p is 0.33): beta 0.2 (threshold p > 0.28) took held-out sampled accuracy from 32.8% to
-23.5% in 75 steps, beta 0.3 (p > 0.17) raised it to 41.1% in 175. Larger beta avoids the collapse but, at the
-sequence level, holds the policy near pi_ref (beta 0.5: flat). So the default is beta 0.3 on 3-number
-puzzles; beta is per sequence: the paper's beta ~ 1/T (§8.3) would be ~0.04 here, deep in the collapse.
+solved (a zero-variance policy). On Countdown from the SFT model (rewards 1 / 0.1, so p > 1/2 - beta/0.9;
+README), the share of 3-number training prompts below that threshold is 59%, 45%, 33%, 14% and 0% at
+beta 0.1 to 0.5 (scripts/agro_threshold.py), and on-policy AGRO collapsed at beta 0.1 and 0.2 (held-out
+sampled accuracy 32.8% -> 23-24%), rose then fell back at 0.3 (39.1% at step 175, 35.1% at 208), and rose
+steadily at 0.5 (39.1% at step 200). Off-policy data has no such threshold, and there beta 0.3 learned most
+(41.4% after 262 steps; 0.5: 38.2%; 1: 34.9%). Hence the defaults: beta 0.5 with on-policy groups, 0.3
+without, on 3-number puzzles (4-number ones: 77% of prompts below the threshold at beta 0.3). beta is per
+sequence: the paper's beta ~ 1/T (§8.3) would be ~0.04 here, deep in the collapse.
 
 Run:  python agro.py --mode offpolicy --model runs/sft-countdown-.../final         (CPU, minutes)
       python agro.py --mode onpolicy  --model runs/sft-countdown-.../final --engine vllm   (GPU)
@@ -75,9 +78,10 @@ def parse_args(argv=None):
                    help="default data source: offline groups (Eq. 4) or fresh groups from the policy (Eqs. 5-6)")
     p.add_argument("--loss", choices=["agro", "klpg"], default="agro",
                    help="agro, or the KL-regularised policy gradient it is compared with (§5.1)")
-    p.add_argument("--beta", type=float, default=0.3,
-                   help="KL coefficient, per SEQUENCE (h sums ~25 tokens here; paper: beta ~ 1/T, §8.3). On-policy "
-                        "AGRO needs beta > (1/2 - p)(r_correct - r_wrong) for prompts of success rate p (see above)")
+    p.add_argument("--beta", type=float, default=None,
+                   help="KL coefficient, per SEQUENCE (h sums ~25 tokens here; paper: beta ~ 1/T, §8.3). Default: "
+                        "0.5 when a batch holds on-policy groups, which need beta > (1/2 - p)(r_correct - r_wrong) "
+                        "for prompts of success rate p (module docstring); 0.3 for off-policy data only")
     p.add_argument("--lambda-lr", type=float, default=1.0,
                    help="on-policy groups: weight of the likelihood-ratio term g_LR (1 = the paper, 0 = RLOO "
                         "with the KL in the reward)")
@@ -309,6 +313,8 @@ def main(argv=None):
     out = args.out or common.default_out_dir("agro", args.task)
     f_online = args.online_fraction if args.online_fraction is not None else float(args.mode == "onpolicy")
     n_online = round(f_online * args.prompts)
+    if args.beta is None:  # on-policy groups need beta above the threshold (module docstring); offline ones do not
+        args.beta = 0.5 if n_online > 0 else 0.3
 
     try:  # every bad input surfaces here, before any training: one line, exit status 2
         task = get_task(args.task)
