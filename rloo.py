@@ -143,7 +143,8 @@ def draw_batch(engine, task, pool, prompts_of, step, args):
     kept, uniform, drawn = [], [], 0
     for _ in range(args.max_draws if args.resample_uniform else 1):
         missing = args.prompts - len(kept)
-        m = args.prompts if drawn == 0 else min(args.prompts, math.ceil(1.25 * missing / max(len(kept) / drawn, 0.25)))
+        share = len(kept) / drawn if drawn else 1.0  # of the groups drawn so far, those with a signal
+        m = args.prompts if drawn == 0 else min(args.prompts, math.ceil(1.25 * missing / max(share, 0.25)))
         idx = rng.choice(len(pool), m, replace=False)
         groups = engine.generate([prompts_of[i] for i in idx], sc)
         drawn += len(idx)

@@ -9,6 +9,7 @@ scripts with different costs per step can be read both ways. Prints the same poi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -33,8 +34,6 @@ def main(argv=None):
         sizes = [int(s) for s in args.numbers.split(",")]
     except ValueError:
         p.error(f"--numbers: expected comma-separated integers, got {args.numbers!r}")
-
-    import json
 
     import matplotlib
     matplotlib.use("Agg")
