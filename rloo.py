@@ -205,8 +205,7 @@ def main(argv=None):
         step = state["step"]
         run.truncate(step)
         print(f"resumed from {ckpt} at step {step}")
-    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed,
-                                probe_prompts=prompts_of[:32])
+    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed)
     engine.sync(model)
     print(f"rloo: {common.count_parameters(model) / 1e6:.2f}M parameters from {ref_path}, engine {engine.name}, "
           f"B={args.prompts} k={args.k} beta={args.beta}, run folder {run.dir}")

@@ -234,8 +234,7 @@ def main(argv=None):
         step = state["step"]
         run.truncate(step)  # rows logged after the checkpoint will be logged again
         print(f"resumed from {ckpt} at step {step}")
-    engine = common.make_engine(args.engine, model, tokenizer, model_path, seed=args.seed,
-                                probe_prompts=eval_sets[sizes[0]][1][:32])
+    engine = common.make_engine(args.engine, model, tokenizer, model_path, seed=args.seed)
 
     def save(path, final=False):
         state = None if final else {"step": step, "optimizer": optimizer.state_dict(),

@@ -385,8 +385,7 @@ def main(argv=None):
         step = state["step"]
         run.truncate(step)
         print(f"resumed from {ckpt} at step {step}")
-    engine = common.make_engine(args.engine, sampler, tokenizer, ckpt or ref_path, seed=args.seed,
-                                probe_prompts=prompts_of[:32])
+    engine = common.make_engine(args.engine, sampler, tokenizer, ckpt or ref_path, seed=args.seed)
 
     # Q0_hat for every puzzle of the pool: cached in RUN/q0.jsonl (and reused from --q0-cache)
     model_id = os.path.realpath(ref_path) if os.path.exists(ref_path) else ref_path

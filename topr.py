@@ -362,8 +362,7 @@ def main(argv=None):
         it, epoch, batch_index, step = state["iteration"], state["epoch"], state["batch"], state["step"]
         run.truncate(step)
         print(f"resumed from {ckpt} at iteration {it}, epoch {epoch}, step {step}")
-    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed,
-                                probe_prompts=prompts_of[:32])
+    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed)
     engine.sync(model)
     print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from {ref_path}, engine {engine.name}, "
           f"loss {args.loss} (a+,b+,a-,b-)={limits}, c={args.c}, split={args.split:g}, run folder {run.dir}")
