@@ -111,7 +111,7 @@ def task_demonstrations(task, tokenizer, style, sizes, per_size, seed, steps=Fal
     """(prompt_ids, completion_ids) pairs from the task's solver; EOS appended to each completion."""
     pairs = []
     for n in sizes:
-        problems = task.get_problems("train", per_size, num_numbers=n, seed=seed)
+        problems = task.get_problems("train", per_size, size=n, seed=seed)
         demos = [(p, task.demonstration(p, steps=steps)) for p in problems]
         demos = [(p, d) for p, d in demos if d is not None]
         prompts = common.encode_prompts(task, [p for p, _ in demos], tokenizer, style)
@@ -208,7 +208,7 @@ def main(argv=None):
             raise ValueError(f"--resume {args.resume}: no checkpoint to resume from")
         if args.model != common.TINY:
             common.resolve_model_path(args.model)  # a bad path fails here, before a run folder is made
-        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in sizes}
+        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed) for n in sizes}
         run = common.Run(out, vars(args), resume=bool(args.resume))
         model_path = ckpt or common.resolve_model_path(args.model, run.dir)
         model, tokenizer = common.load_model(model_path, device=device)

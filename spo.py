@@ -347,9 +347,9 @@ def main(argv=None):
         if args.problems:
             pool = task.get_problems("train", args.train_prompts, source=args.problems, seed=args.seed)
         else:
-            pool = [p for n in sizes for p in task.get_problems("train", args.train_prompts, num_numbers=n,
+            pool = [p for n in sizes for p in task.get_problems("train", args.train_prompts, size=n,
                                                                  seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in sizes}
+        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed) for n in sizes}
         run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         ref_model, _ = common.load_model(ref_path, device=device)  # pi_0: frozen, defines A_t and Q0_hat

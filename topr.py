@@ -343,8 +343,8 @@ def main(argv=None):
         if args.problems:
             pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
         else:
-            pool = [p for n in sizes for p in task.get_problems("train", args.train_size, num_numbers=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=args.seed) for n in eval_sizes}
+            pool = [p for n in sizes for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
+        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed) for n in eval_sizes}
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         style = common.prompt_style(model, tokenizer)
         given = read_rows(args.data, task, tokenizer, style) if args.data else None

@@ -49,7 +49,7 @@ def main(argv=None):
     print("| puzzles | mean p | " + " | ".join(f"beta {b:g} (p < {0.5 - b / gap:.2f})" for b in betas) + " |")
     print("|---|---|" + "---|" * len(betas))
     for n in sizes:
-        problems = task.get_problems("train", args.prompts, num_numbers=n, seed=args.seed)
+        problems = task.get_problems("train", args.prompts, size=n, seed=args.seed)
         groups = engine.generate(common.encode_prompts(task, problems, tokenizer, common.prompt_style(model, tokenizer)), sc)
         rate = np.array([np.mean([task.grade(q, s.text) == "correct" for s in g]) for q, g in zip(problems, groups)])
         shares = [float(np.mean(rate < 0.5 - b / gap)) for b in betas]

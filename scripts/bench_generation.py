@@ -45,7 +45,7 @@ def main():
         task = get_task(args.task)
     except (common.UsageError, ValueError) as e:
         p.error(str(e))
-    problems = task.get_problems("test", args.prompts, num_numbers=3)
+    problems = task.get_problems("test", args.prompts, size=3)
     prompts = common.encode_prompts(task, problems, tok, common.prompt_style(model, tok))
 
     engines = [("hf", lambda: common.HFEngine(model, tok))]

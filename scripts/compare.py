@@ -220,7 +220,7 @@ def main(argv=None):
         usages = dict(zip(jobs, pool.map(train, jobs)))
 
     # 3. one evaluation for every final model, on the same held-out puzzles
-    eval_sets = {n: task.get_problems("test", args.eval_size, num_numbers=n, seed=0) for n in sizes}
+    eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in sizes}
     results = {"variants": list(task.REWARD_VARIANTS), "runs": {"sft": []}}
     for seed in seeds:
         results["runs"]["sft"].append({"dir": None, "usage": sft_usage,

@@ -46,7 +46,7 @@ def main(argv=None):
         model, tok = common.load_model(common.resolve_model_path(args.model, task=args.task))
     except (common.UsageError, ValueError) as e:
         p.error(str(e))
-    pool = [q for n in sizes for q in task.get_problems("train", args.train_prompts, num_numbers=n, seed=args.seed)]
+    pool = [q for n in sizes for q in task.get_problems("train", args.train_prompts, size=n, seed=args.seed)]
     prompts = common.encode_prompts(task, pool, tok, common.prompt_style(model, tok))
     engine, rng = common.HFEngine(model, tok), np.random.default_rng(args.seed)
     kept = total = 0

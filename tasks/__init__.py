@@ -1,14 +1,28 @@
-"""Task registry. Every task module offers the same interface (a problem is a plain dict):
+"""Task registry and the task interface.
 
-    NAME, REWARD_VARIANTS
-    get_problems(split, n, *, seed=0, source=None, ...) -> list[dict]   # split: "train" | "test"
-    prompt(problem, style="instruct") -> str                            # or style="compact"
-    demonstration(problem) -> str | None      # SFT target completion
-    reference(problem) -> str | None          # a correct answer expression
-    parse_answer(completion) -> str | None
+A task is a module in tasks/ that defines the names below (a problem is a plain dict whose fields
+the task chooses), registered in TASKS. The scripts touch problems only through these names, so a
+new task runs with every script (`--task NAME`) without changing them. tasks/countdown.py is the
+reference implementation; tasks/<second task> shows a graded (non-binary) reward.
+
+    NAME: str
+    REWARD_VARIANTS: tuple[str, ...]    # the first is the default reward
+    SIZES: tuple[int, ...]              # difficulty levels trained on and evaluated by default
+    FIELDS: tuple[str, ...]             # the JSON fields that make a problem (data files, caches)
+
+    get_problems(split, n, *, size, seed=0, source=None) -> list[dict]
+        n problems of split "train" or "test" (disjoint), reproducible from the arguments;
+        source: a .jsonl file (or a hub dataset) instead of the generator.
+    problem_from_row(row: dict) -> dict      # the problem in a JSON row, or ValueError naming the field
+    problem_key(problem) -> str              # a stable name of the problem (caches, de-duplication)
+    prompt(problem, style="instruct") -> str # or style="compact" (the tiny model's short prompt)
+    demonstration(problem) -> str | None     # an SFT target completion, from the task's solver
+    parse_answer(completion) -> str | None   # the text inside <answer>...</answer>, if any
     grade(problem, completion) -> "correct" | "wrong" | "invalid" | "no_answer"
-    reward(problem, completion, variant="original") -> float
-    is_correct(problem, completion) -> bool
+    is_correct(problem, completion) -> bool  # grade(...) == "correct"
+    reward(problem, completion, variant) -> float
+
+Model output is untrusted input: parse it, never eval() it.
 """
 from . import countdown
 

@@ -32,6 +32,7 @@ from fractions import Fraction
 
 NAME = "countdown"
 REWARD_VARIANTS = ("original", "A", "B")
+SIZES = (3, 4)  # numbers a puzzle: the sizes trained on and evaluated by default
 HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
 HUB_TEST_SIZE = 1000  # rows of the hub's single split that we hold out as "test"
 
@@ -410,7 +411,7 @@ def _random_puzzle(rng, num_numbers, min_number, max_number):
 def _generate(split, n, num_numbers, seed, min_number, max_number, max_target):
     """n distinct puzzles of `split`, solvable by construction, reproducible from the arguments."""
     if not (isinstance(num_numbers, int) and 3 <= num_numbers <= 6):
-        raise ValueError(f"num_numbers must be in 3..6, got {num_numbers!r}")
+        raise ValueError(f"size (numbers a puzzle) must be in 3..6, got {num_numbers!r}")
     if not 1 <= min_number <= max_number or max_target < 1:
         raise ValueError("need 1 <= min_number <= max_number and max_target >= 1")
     rng = random.Random(f"countdown/{seed}/{split}/{num_numbers}")  # a str seed is stable
@@ -428,13 +429,14 @@ def _generate(split, n, num_numbers, seed, min_number, max_number, max_target):
     return problems
 
 
-def get_problems(split, n, *, num_numbers=3, seed=0, source=None,
+def get_problems(split, n, *, size=3, seed=0, source=None,
                  min_number=1, max_number=99, max_target=100):
     """At most n problems of `split` ("train" or "test").
 
+    size: how many numbers a puzzle has (3 to 6).
     source None: the seeded generator. Train and test are disjoint (by a hash of the puzzle),
     the same arguments give the same list, and a longer list starts with the shorter one.
-    source "*.jsonl": the file's first n problems (num_numbers and the ranges are ignored; which
+    source "*.jsonl": the file's first n problems (size and the ranges are ignored; which
     split a file serves is the caller's business). source "hub" (HUB_DATASET) or a hub dataset
     name "user/name": load_hub().
     """
@@ -443,7 +445,7 @@ def get_problems(split, n, *, num_numbers=3, seed=0, source=None,
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     if source is None:
-        return _generate(split, n, num_numbers, seed, min_number, max_number, max_target)
+        return _generate(split, n, size, seed, min_number, max_number, max_target)
     source = os.fspath(source)  # a str or a pathlib.Path
     if source.endswith(".jsonl"):
         return load_jsonl(source)[:n]
@@ -454,6 +456,26 @@ def get_problems(split, n, *, num_numbers=3, seed=0, source=None,
 
 def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+FIELDS = ("nums", "target")  # the fields of a JSON row that make a problem
+
+
+def problem_from_row(row):
+    """The problem in a JSON object's fields "nums" and "target" (others ignored), or ValueError."""
+    if not isinstance(row, dict) or "nums" not in row or "target" not in row:
+        raise ValueError("expected an object with fields 'nums' and 'target'")
+    nums, target = row["nums"], row["target"]
+    if not (isinstance(nums, list) and 2 <= len(nums) <= 6 and all(map(_is_int, nums))):
+        raise ValueError("'nums' must be a list of 2 to 6 integers")
+    if not _is_int(target):
+        raise ValueError("'target' must be an integer")
+    return {"nums": nums, "target": target}
+
+
+def problem_key(problem):
+    """A string naming the puzzle, the same for the same puzzle whatever the numbers' order."""
+    return json.dumps([sorted(problem["nums"]), problem["target"]])
 
 
 def load_jsonl(path):
@@ -477,14 +499,10 @@ def load_jsonl(path):
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{lineno}: bad JSON ({e.msg})") from None
-        if not isinstance(row, dict) or "nums" not in row or "target" not in row:
-            raise ValueError(f"{path}:{lineno}: expected an object with fields 'nums' and 'target'")
-        nums, target = row["nums"], row["target"]
-        if not (isinstance(nums, list) and 2 <= len(nums) <= 6 and all(map(_is_int, nums))):
-            raise ValueError(f"{path}:{lineno}: 'nums' must be a list of 2 to 6 integers")
-        if not _is_int(target):
-            raise ValueError(f"{path}:{lineno}: 'target' must be an integer")
-        problems.append({"nums": nums, "target": target})
+        try:
+            problems.append(problem_from_row(row))
+        except ValueError as e:
+            raise ValueError(f"{path}:{lineno}: {e}") from None
     if not problems:
         raise ValueError(f"{path} holds no problems")
     return problems

@@ -303,7 +303,7 @@ def test_demonstration_format():
 
 @pytest.mark.parametrize("k", [3, 4, 5, 6])
 def test_generated_puzzles_are_solvable_and_demonstrations_correct(k):
-    problems = cd.get_problems("train", 150 if k <= 4 else 40, num_numbers=k, seed=3)
+    problems = cd.get_problems("train", 150 if k <= 4 else 40, size=k, seed=3)
     for p in problems:
         assert len(p["nums"]) == k and all(1 <= x <= 99 for x in p["nums"])
         assert 1 <= p["target"] <= 100
@@ -333,12 +333,12 @@ def test_generator_reproducible_and_seeded():
 
 def test_generator_train_test_disjoint():
     for k in (3, 4):
-        train = cd.get_problems("train", 500, num_numbers=k)
-        test = cd.get_problems("test", 500, num_numbers=k)
+        train = cd.get_problems("train", 500, size=k)
+        test = cd.get_problems("test", 500, size=k)
         assert len(_keys(train)) == len(_keys(test)) == 500
         assert not _keys(train) & _keys(test)
         # a different seed still never puts a test puzzle into train
-        assert not _keys(cd.get_problems("train", 500, num_numbers=k, seed=9)) & _keys(test)
+        assert not _keys(cd.get_problems("train", 500, size=k, seed=9)) & _keys(test)
     # in a tiny puzzle space the two splits would collide at once if they were not kept apart
     small = dict(min_number=1, max_number=6, max_target=20)
     train, test = cd.get_problems("train", 60, **small), cd.get_problems("test", 15, **small)
@@ -346,7 +346,7 @@ def test_generator_train_test_disjoint():
 
 
 def test_generator_ranges():
-    ps = cd.get_problems("test", 100, num_numbers=4, min_number=10, max_number=20, max_target=50)
+    ps = cd.get_problems("test", 100, size=4, min_number=10, max_number=20, max_target=50)
     assert all(len(p["nums"]) == 4 and all(10 <= x <= 20 for x in p["nums"]) for p in ps)
     assert all(1 <= p["target"] <= 50 for p in ps)
     assert len({p["target"] for p in ps}) > 10
@@ -358,8 +358,8 @@ def test_generator_ranges():
     dict(split="train", n=-3),
     dict(split="train", n=2.5),
     dict(split="train", n=True),
-    dict(split="train", n=5, num_numbers=2),
-    dict(split="train", n=5, num_numbers=7),
+    dict(split="train", n=5, size=2),
+    dict(split="train", n=5, size=7),
     dict(split="train", n=5, min_number=0),
     dict(split="train", n=5, min_number=50, max_number=10),
     dict(split="train", n=5, max_target=0),
@@ -386,7 +386,7 @@ def test_load_jsonl_and_source():
     assert problems[0] == {"nums": [44, 19, 35], "target": 98}
     assert all(set(p) == {"nums", "target"} for p in problems)  # extra fields dropped
     assert cd.get_problems("test", 3, source=str(DATA)) == problems[:3]
-    assert cd.get_problems("train", 100, source=str(DATA), num_numbers=6) == problems
+    assert cd.get_problems("train", 100, source=str(DATA), size=6) == problems
 
 
 @pytest.mark.parametrize("content, message", [
