@@ -549,11 +549,11 @@ def score_group(task, problem: dict, samples: list[Sample], variants) -> dict:
 def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k: int = 8,
              temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
              reward_variant: str = "original", greedy: bool = True, prefix: str = "",
-             all_rewards: bool = False, seed: int | None = 0) -> dict:
+             all_rewards: bool = False, seed: int | None = 0, top_k: int = 0) -> dict:
     """The one evaluation every script reports, so that numbers compare across algorithms.
 
     greedy/*  : one greedy completion per problem.
-    sampled/* : k completions per problem at `temperature` (default 1, the policy itself).
+    sampled/* : k completions per problem at `temperature` (default 1, the policy itself), `top_p`, `top_k`.
     Each block: accuracy (fully correct), reward (mean, `reward_variant`), format_rate (an <answer> tag
     is present), length (mean completion tokens). Plus pass@k (unbiased estimator from the k samples)
     and maj@k (the most frequent answer string among the k, whitespace removed, is correct).
@@ -564,7 +564,7 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
     """
     metrics = {}
     modes = ([("greedy", SamplingConfig(1, max_new_tokens, 0.0))] if greedy else []) + (
-        [("sampled", SamplingConfig(k, max_new_tokens, temperature, top_p, seed=seed))] if k > 0 else [])
+        [("sampled", SamplingConfig(k, max_new_tokens, temperature, top_p, top_k, seed=seed))] if k > 0 else [])
     for mode, sc in modes:
         groups = engine.generate(prompts, sc)
         variants = [reward_variant] + [v for v in task.REWARD_VARIANTS if all_rewards and v != reward_variant]
