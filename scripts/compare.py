@@ -1,29 +1,30 @@
-"""Compare the five algorithms on one task: one SFT checkpoint, the same wall-clock budget, several seeds.
+"""Compare the algorithms on one task and write docs/RESULTS.md: one SFT checkpoint, one budget, seeds.
 
-    python scripts/compare.py                       # CPU: tiny model, 3 seeds, 3 minutes per RL run
-    python scripts/compare.py --sft runs/sft-countdown-TIME/final --time-limit 30 --jobs 1 --engine vllm  # GPU
-(`--model` only reaches sft.py, whose other defaults are the tiny model's: train a real model's SFT checkpoint
-as in the README's GPU section and pass it as --sft.)
+    python scripts/compare.py               # CPU: tiny model, every row, seeds 0,1,2, 3 minutes a run
+    python scripts/compare.py --sft runs/sft-countdown-TIME/final --time-limit 30 --jobs 1 --engine vllm
 
 1. sft.py trains the starting checkpoint once (or `--sft PATH` reuses one).
-2. rloo.py, topr.py, agro.py and spo.py each start from it with their own defaults, `--seed s` for every
-   seed and `--time-limit` minutes of wall-clock (data generation, Q0 estimation and engine start count
-   against it); `--jobs` runs go side by side, each with `--threads` torch threads.
-3. Every final model, and the SFT model, is evaluated here in the same way (common.evaluate, same held-out
-   puzzles, greedy and k samples at temperature 1, rewards under every variant), so that no script grades
-   itself. The SFT row's spread is over evaluation seeds only.
-4. Writes OUT/results.md (mean ± standard deviation over seeds), OUT/results.json and OUT/curves.png
-   (held-out sampled accuracy and reward against wall-clock and against completions trained on, from each
-   run's own periodic evaluations; one thin line per seed).
+2. Every row of ROWS (the course report's configurations, then our defaults) runs its script from that
+   checkpoint with `--seed s` for every seed and `--time-limit` minutes of wall clock (data generation,
+   Q0 estimation and engine start count against it); `--jobs` runs go side by side.
+3. Every final model, and the SFT model, is evaluated here in one way (common.evaluate, the same
+   held-out problems) under two decodings: ours (greedy, and k samples at T = 1, the policy itself) and
+   the report's (k samples at T = 0.15, top-p 0.9, top-k 30, [CR] §4), so that no script grades itself.
+4. Writes --results (docs/RESULTS.md: command, commit, date, machine, seeds, the tables, the report's
+   Table 1-2 figures beside ours, where the orderings differ), its plot, OUT/results.json, and the
+   results block of README.md (between its `results:start` and `results:end` markers).
 
-An interrupted comparison picks up where it stopped: finished runs (those with final/) and finished
-evaluations (eval.json) are kept; an unfinished run is started again.
+[CR] the course report "Off-Policy Finetuning for LLM Math Reasoning".
+An interrupted comparison picks up where it stopped: finished runs (final/ and usage.json) and finished
+evaluations (eval.json) are kept; an unfinished run starts again.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -36,58 +37,79 @@ sys.path.insert(0, ROOT)
 import common  # noqa: E402
 from tasks import get_task  # noqa: E402
 
-ALGORITHMS = ("rloo", "topr", "agro", "spo")
-# Each script runs with its own defaults, except: agro.py draws fewer reference samples up front (2048 prompts
-# x 8 take about 4 minutes on one CPU thread, which would eat the whole budget of a short comparison).
-EXTRA = {"agro": ["--offline-prompts", "512"]}
-COLORS = {"sft": "black", "rloo": "tab:blue", "topr": "tab:orange", "agro": "tab:green", "spo": "tab:red"}
+# name -> (script, flags). First the course report's configurations, then each script's defaults.
+# agro off-policy draws 512 reference prompts instead of 2048 (2048 x 8 take ~4 minutes on one thread).
+ROWS = {
+    "rloo": ("rloo.py", []),
+    "topr (report: original)": ("topr.py", ["--report-variant", "original"]),
+    "topr (report: A)": ("topr.py", ["--report-variant", "A"]),
+    "topr (report: A then B)": ("topr.py", ["--report-variant", "A+B"]),
+    "topr": ("topr.py", []),
+    "agro (on-policy)": ("agro.py", ["--mode", "onpolicy"]),
+    "agro (off-policy)": ("agro.py", ["--mode", "offpolicy", "--offline-prompts", "512"]),
+    "spo": ("spo.py", []),
+}
+# [CR] Tables 1 and 2: "average score" (mean reward) with Qwen2.5-0.5B-Instruct, T = 0.15 decoding.
+REPORT_TABLE1 = {"sft": 0.3385, "rloo": 0.2140, "topr (report: original)": 0.2270,
+                 "topr (report: A)": 0.4060, "topr (report: A then B)": 0.4849}
+REPORT_TABLE2 = {"rloo": 0.129, "topr (report: A)": 0.2656, "topr (report: A then B)": 0.1458}
+REPORT_DECODING = dict(temperature=0.15, top_p=0.9, top_k=30)
+COLORS = ["black", "tab:blue", "tab:purple", "tab:pink", "tab:brown", "tab:orange", "tab:olive",
+          "tab:green", "tab:red"]
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="countdown")
-    p.add_argument("--model", default="tiny", help="the model sft.py starts from (tiny, a folder or a hub id)")
+    p.add_argument("--model", default="tiny", help="the model sft.py starts from (tiny, a folder, a hub id)")
     p.add_argument("--sft", default=None, help="reuse this SFT checkpoint instead of running sft.py")
-    p.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated subset of " + ", ".join(ALGORITHMS))
+    p.add_argument("--rows", default=",".join(ROWS),
+                   help="comma-separated subset of: " + ", ".join(ROWS))
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for the RL runs")
     p.add_argument("--time-limit", type=common.positive_float, default=3.0, metavar="MIN",
                    help="wall-clock minutes per RL run, everything included but the final evaluation")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
     p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
-                   help="generation engine of the RL runs (hf: fastest for the tiny model on a CPU; vllm on a GPU)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per puzzle (pass@k)")
-    p.add_argument("--num-numbers", default="3,4", help="held-out puzzle sizes")
-    p.add_argument("--out", default="runs/compare", help="folder for runs, table and plot")
+                   help="generation engine of the RL runs (hf: fastest for the tiny model on a CPU)")
+    p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
+    p.add_argument("--sizes", default=None, help="held-out sizes, comma-separated (default: the task's)")
+    p.add_argument("--out", default="runs/compare", help="folder for the runs and results.json")
+    p.add_argument("--results", default="docs/RESULTS.md",
+                   help="the generated results file (its plot is written beside it)")
+    p.add_argument("--readme", default="README.md",
+                   help="README whose results block is replaced ('' to leave it alone)")
     return p, p.parse_args(argv)
 
 
 # ---------------------------------------------------------------------------------------------------
-# Running the scripts
+# Running the scripts and evaluating their models
 # ---------------------------------------------------------------------------------------------------
 def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
-    """Run one training script to completion; wall-clock and peak resident memory of that process."""
-    if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(os.path.join(out_dir, "usage.json")):
-        with open(os.path.join(out_dir, "usage.json")) as f:
+    """Run one training script to completion; wall clock and peak resident memory of that process."""
+    usage_file = os.path.join(out_dir, "usage.json")
+    if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(usage_file):
+        with open(usage_file) as f:
             return json.load(f)  # finished in an earlier invocation
     shutil.rmtree(out_dir, ignore_errors=True)  # an unfinished run starts again
-    print(f"[compare] start {name}: {' '.join(cmd)}", flush=True)
+    print(f"[compare] start {name}: {shlex.join(cmd)}", flush=True)
     t0 = time.time()
     with open(os.path.join(log_dir, f"{name}.log"), "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         _, status, rusage = os.wait4(proc.pid, 0)  # rusage of this child alone
-    usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024}
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"compare.py: {name} failed (exit {os.waitstatus_to_exitcode(status)}), see {log_dir}/{name}.log")
-    with open(os.path.join(out_dir, "usage.json"), "w") as f:
-        json.dump(usage, f)
+    usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024, "cmd": cmd}
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"compare.py: {name} failed (exit {code}), see {log_dir}/{name}.log")
+    common.write_json_atomic(usage_file, usage)
     print(f"[compare] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB", flush=True)
     return usage
 
 
 def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
-    """The one evaluation of every final model: HF generate, same puzzles, all reward variants."""
+    """The one evaluation of every final model: HF generate, same problems, both decodings."""
     common.setup(seed, args.threads)
     model, tokenizer = common.load_model(path)
     style = common.prompt_style(model, tokenizer)
@@ -95,13 +117,23 @@ def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
     metrics = {}
     for n, problems in eval_sets.items():
         prompts = common.encode_prompts(task, problems, tokenizer, style)
-        metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k, prefix=f"eval{n}/",
-                                       all_rewards=True))
+        metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
+                                       prefix=f"eval{n}/", all_rewards=True, seed=seed))
+        metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k, greedy=False,
+                                       prefix=f"eval{n}/report-", all_rewards=True, seed=seed,
+                                       **REPORT_DECODING))
     return metrics
 
 
+def cached_eval(path: str, model_path: str, task, eval_sets: dict, args, seed: int) -> dict:
+    if not os.path.exists(path):
+        common.write_json_atomic(path, evaluate_model(model_path, task, eval_sets, args, seed))
+    with open(path) as f:
+        return json.load(f)
+
+
 # ---------------------------------------------------------------------------------------------------
-# Table and plot
+# RESULTS.md, its plot, the README block
 # ---------------------------------------------------------------------------------------------------
 def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     values = [v * scale for v in values]
@@ -110,27 +142,45 @@ def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def write_table(results: dict, args, sizes: list[int], path: str) -> str:
-    k, first = args.eval_k, sizes[0]
-    cols = ([(f"greedy acc {n} (%)", f"eval{n}/greedy/accuracy", 100) for n in sizes]
-            + [(f"sampled acc {n} (%)", f"eval{n}/sampled/accuracy", 100) for n in sizes]
-            + [(f"reward {v} ({first})", f"eval{first}/sampled/reward_{v}", 1) for v in results["variants"]]
-            + [(f"format ({first}, %)", f"eval{first}/sampled/format_rate", 100),
-               (f"pass@{k} ({first}, %)", f"eval{first}/pass@{k}", 100),
-               (f"length ({first})", f"eval{first}/sampled/length", 1)])
-    lines = ["| algorithm | " + " | ".join(c[0] for c in cols) + " | wall-clock (s) | peak memory (MB) |",
-             "|---" * (len(cols) + 3) + "|"]
+def table(results: dict, cols: list[tuple[str, str, float]], usage: bool = False) -> str:
+    """A markdown table: one row per configuration, mean ± sd over seeds of each (label, key, scale)."""
+    head = ["configuration"] + [c[0] for c in cols] + (["wall clock (s)", "peak memory (MB)"] * usage)
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for name, runs in results["runs"].items():
-        cells = [mean_sd([r["eval"][key] for r in runs], scale, 3 if "reward" in key else 1) for _, key, scale in cols]
-        cells += [mean_sd([r["usage"]["wall_s"] for r in runs], digits=0),
-                  mean_sd([r["usage"]["peak_rss_mb"] for r in runs], digits=0)]
+        cells = [mean_sd([r["eval"][key] for r in runs], scale, 3 if scale == 1 else 1)
+                 for _, key, scale in cols]
+        if usage:
+            cells += [mean_sd([r["usage"]["wall_s"] for r in runs], digits=0),
+                      mean_sd([r["usage"]["peak_rss_mb"] for r in runs], digits=0)]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-    with open(path, "w") as f:
-        f.write(f"Held-out {args.task}, {args.eval_size} puzzles per size, sampled = {k} samples at temperature 1; "
-                f"mean ± sd over seeds {args.seeds}; RL runs {args.time_limit} min each from one SFT checkpoint.\n\n")
-        f.write(text)
-    return text
+    return "\n".join(lines) + "\n"
+
+
+def main_table(results: dict, sizes: list[int]) -> str:
+    """Accuracy (%) and mean reward (original) under both decodings, every size."""
+    cols = []
+    for n in sizes:
+        cols += [(f"{n}: greedy acc", f"eval{n}/greedy/accuracy", 100),
+                 (f"{n}: T=1 acc", f"eval{n}/sampled/accuracy", 100),
+                 (f"{n}: [CR] decoding acc", f"eval{n}/report-sampled/accuracy", 100),
+                 (f"{n}: [CR] decoding reward", f"eval{n}/report-sampled/reward_original", 1)]
+    return table(results, cols, usage=True)
+
+
+def ordering_note(results: dict, first: int) -> str:
+    """Where our order of the report's configurations (by mean reward under the report's decoding)
+    differs from [CR] Table 1's order."""
+    names = [n for n in REPORT_TABLE1 if n in results["runs"]]
+    if len(names) < 2:
+        return ""
+    ours = {n: statistics.mean(r["eval"][f"eval{first}/report-sampled/reward_original"]
+                               for r in results["runs"][n]) for n in names}
+    theirs = sorted(names, key=REPORT_TABLE1.get, reverse=True)
+    mine = sorted(names, key=ours.get, reverse=True)
+    if mine == theirs:
+        return f"Our order of these rows is the report's: {' > '.join(theirs)}.\n"
+    return (f"**The orders differ.** [CR] Table 1: {' > '.join(theirs)}. Ours ({first} numbers, "
+            f"[CR] decoding, mean reward): {' > '.join(mine)}.\n")
 
 
 def curve(run_dir: str, key: str):
@@ -145,33 +195,122 @@ def curve(run_dir: str, key: str):
     return xs_t, xs_n, ys
 
 
-def plot(results: dict, first: int, path: str) -> None:
+def plot(results: dict, first: int, task: str, path: str) -> None:
+    """Held-out sampled accuracy (T = 1, each run's own evaluations) against wall clock."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True)
-    for row, (key, label) in enumerate([(f"eval{first}/sampled/accuracy", f"held-out accuracy, {first} numbers (T=1)"),
-                                        (f"eval{first}/sampled/reward", f"held-out mean reward, {first} numbers")]):
-        for col, xlabel in enumerate(["wall-clock of the RL run (s)", "completions trained on"]):
-            ax = axes[row][col]
-            sft = [r["eval"][key] for r in results["runs"]["sft"]]
-            ax.axhline(statistics.mean(sft), color=COLORS["sft"], ls="--", lw=1, label="SFT start")
-            for name, runs in results["runs"].items():
-                if name == "sft":
-                    continue
-                for i, r in enumerate(runs):
-                    xt, xn, ys = curve(r["dir"], key)
-                    ax.plot(xt if col == 0 else xn, ys, color=COLORS.get(name), alpha=0.7, lw=1.2, marker=".",
-                            label=name if i == 0 else None)
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel(label)
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(loc="best", fontsize=9, title="one line per seed")
-    fig.suptitle("Countdown: RL from one SFT checkpoint, same wall-clock budget")
-    fig.savefig(path, dpi=110)
+    key = f"eval{first}/sampled/accuracy"
+    fig, ax = plt.subplots(figsize=(9, 5.5), constrained_layout=True)
+    for color, (name, runs) in zip(COLORS, results["runs"].items()):
+        if name == "sft":
+            sft = statistics.mean(r["eval"][key] for r in runs)
+            ax.axhline(sft, color=color, ls="--", lw=1, label="sft (start)")
+            continue
+        for i, r in enumerate(runs):
+            xt, _, ys = curve(r["dir"], key)
+            ax.plot(xt, ys, color=color, alpha=0.8, lw=1.2, marker=".", label=name if i == 0 else None)
+    ax.set_xlabel("wall clock of the RL run (s)")
+    ax.set_ylabel(f"held-out accuracy, size {first}, T = 1")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8, title="one line per seed")
+    ax.set_title(f"{task}: RL from one SFT checkpoint, same wall-clock budget")
+    fig.savefig(path, dpi=100)
 
 
+def machine() -> str:
+    import torch
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor() or "unknown CPU")
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{len(os.sched_getaffinity(0))} cores ({cpu}), {gpu}, torch {torch.__version__}"
+
+
+def commit() -> str:
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--", "*.py") else "")
+
+
+def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str:
+    first, k = sizes[0], args.eval_k
+    extra = table(results, [(f"{first}: pass@{k}", f"eval{first}/pass@{k}", 100),
+                            (f"{first}: format", f"eval{first}/sampled/format_rate", 100),
+                            (f"{first}: length", f"eval{first}/sampled/length", 1)]
+                  + [(f"{first}: reward {v}", f"eval{first}/sampled/reward_{v}", 1)
+                     for v in results["variants"]])
+    report = ["| configuration | [CR] Table 1 (200 puzzles) | [CR] Table 2 (1,000 harder) |",
+              "|---|---|---|"] + [f"| {n} | {REPORT_TABLE1.get(n, '')} | {REPORT_TABLE2.get(n, '')} |"
+                                  for n in REPORT_TABLE1]
+    rows = "\n".join(f"- {name}: `python {ROWS[name][0]} {shlex.join(ROWS[name][1])}`".rstrip()
+                     for name in results["runs"] if name in ROWS)
+    text = f"""# Results
+
+Generated by `python scripts/compare.py {shlex.join(argv)}`; do not edit by hand.
+
+- commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}
+- machine: {machine()}
+- task {args.task}; every RL run starts from one SFT checkpoint and has {args.time_limit} minutes
+  of wall clock ({args.jobs} side by side, {args.threads} torch thread(s) each, engine {args.engine});
+  seeds {args.seeds}; mean ± sd over seeds (the sft row: over evaluation seeds)
+- held-out: {args.eval_size} problems of each size ({', '.join(map(str, sizes))}), the same for every
+  row. Greedy: one completion. T=1: {k} samples at temperature 1. [CR] decoding: {k} samples at
+  T = 0.15, top-p 0.9, top-k 30, the course report's evaluation. Reward: "original" ([CR] §3.3).
+
+## Accuracy (%) and mean reward
+
+{main_table(results, sizes)}
+![learning curves]({os.path.basename(plot_path(args))})
+
+## The course report's own figures
+
+[CR] Tables 1 and 2 report the mean reward of Qwen2.5-0.5B-Instruct under its decoding; hold them
+beside the "[CR] decoding reward" column above (our model is a 1M-parameter character-level model,
+so levels differ; the order of rows is what can agree).
+
+{chr(10).join(report)}
+
+{ordering_note(results, first)}
+## More metrics (T = 1, size {first})
+
+{extra}
+## Commands of the rows
+
+{rows}
+"""
+    notes = os.path.join(os.path.dirname(args.results), "RESULTS-notes.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            text += "\n" + f.read()
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    with open(args.results, "w") as f:
+        f.write(text)
+    return text
+
+
+def plot_path(args) -> str:
+    return os.path.splitext(args.results)[0] + ".png"
+
+
+def update_readme(path: str, results: dict, sizes: list[int], args) -> None:
+    """Replace README's results block with the main table and the plot (both generated)."""
+    with open(path) as f:
+        text = f.read()
+    if README_START not in text or README_END not in text:
+        return
+    rel = os.path.relpath(plot_path(args), os.path.dirname(os.path.abspath(path)))
+    block = (f"{README_START}\n<!-- generated by scripts/compare.py; do not edit -->\n"
+             f"{main_table(results, sizes)}\n![learning curves]({rel})\n{README_END}")
+    start, end = text.index(README_START), text.index(README_END) + len(README_END)
+    with open(path, "w") as f:
+        f.write(text[:start] + block + text[end:])
+
+
+# ---------------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------------
 def int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(s) for s in text.split(",")]
@@ -179,74 +318,83 @@ def int_list(text: str, flag: str) -> list[int]:
         raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
 
-def main(argv=None):
-    parser, args = parse_args(argv)
+def check_args(args, parser):
+    """Every bad input as one line and exit status 2, before anything runs."""
     try:
         task = get_task(args.task)
-        algorithms = [a for a in args.algorithms.split(",") if a]
-        unknown = [a for a in algorithms if a not in ALGORITHMS]
+        rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+        unknown = [r for r in rows if r not in ROWS]
         if unknown:
-            raise ValueError(f"--algorithms: unknown {', '.join(unknown)}; choose from {', '.join(ALGORITHMS)}")
-        seeds, sizes = int_list(args.seeds, "--seeds"), int_list(args.num_numbers, "--num-numbers")
+            raise ValueError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+        seeds = int_list(args.seeds, "--seeds")
+        sizes = int_list(args.sizes, "--sizes") if args.sizes else list(task.SIZES)
         if args.sft and common.checkpoint_path(args.sft) is None and not os.path.isdir(args.sft):
             raise ValueError(f"--sft {args.sft}: no such checkpoint")
+        if os.path.exists(os.path.join(args.out, "results.json")):
+            with open(os.path.join(args.out, "results.json")) as f:
+                json.load(f)  # a corrupt or foreign output folder is named, not overwritten silently
+    except json.JSONDecodeError:
+        parser.error(f"--out {args.out}: results.json there is not a comparison's output")
     except ValueError as e:
         parser.error(str(e))
+    return task, rows, seeds, sizes
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser, args = parse_args(argv)
+    task, rows, seeds, sizes = check_args(args, parser)
     out = os.path.abspath(args.out)
     log_dir = os.path.join(out, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    py = sys.executable
-    started = time.time()
+    py, started = sys.executable, time.time()
 
     # 1. the SFT checkpoint every RL run starts from
     if args.sft:
-        sft_path, sft_usage = os.path.abspath(args.sft), {"wall_s": float("nan"), "peak_rss_mb": float("nan")}
+        sft_path, sft_usage = os.path.abspath(args.sft), {"wall_s": float("nan"),
+                                                          "peak_rss_mb": float("nan")}
     else:
         sft_dir = os.path.join(out, "sft")
-        sft_usage = run_script("sft", [py, "sft.py", "--task", args.task, "--model", args.model, "--out", sft_dir,
-                                       "--threads", str(args.threads * args.jobs)], sft_dir, log_dir)
+        sft_usage = run_script("sft", [py, "sft.py", "--task", args.task, "--model", args.model,
+                                       "--out", sft_dir, "--threads", str(args.threads * args.jobs)],
+                               sft_dir, log_dir)
         sft_path = os.path.join(sft_dir, "final")
 
     # 2. the RL runs, --jobs at a time
-    jobs = [(a, s) for s in seeds for a in algorithms]
     def train(job):
-        algo, seed = job
-        run_dir = os.path.join(out, f"{algo}-s{seed}")
-        cmd = [py, f"{algo}.py", "--task", args.task, "--model", sft_path, "--out", run_dir, "--seed", str(seed),
-               "--time-limit", str(args.time_limit), "--threads", str(args.threads), "--engine", args.engine,
-               *EXTRA.get(algo, [])]
-        return run_script(f"{algo}-s{seed}", cmd, run_dir, log_dir)
+        name, seed = job
+        script, flags = ROWS[name]
+        run_dir = os.path.join(out, f"{name.replace(' ', '_').replace(':', '')}-s{seed}")
+        cmd = [py, script, "--task", args.task, "--model", sft_path, "--out", run_dir,
+               "--seed", str(seed), "--time-limit", str(args.time_limit),
+               "--threads", str(args.threads), "--engine", args.engine, *flags]
+        return run_dir, run_script(os.path.basename(run_dir), cmd, run_dir, log_dir)
+    jobs = [(name, s) for s in seeds for name in rows]
     with ThreadPoolExecutor(args.jobs) as pool:
-        usages = dict(zip(jobs, pool.map(train, jobs)))
+        finished = dict(zip(jobs, pool.map(train, jobs)))
 
-    # 3. one evaluation for every final model, on the same held-out puzzles
+    # 3. one evaluation of every final model, on the same held-out problems
     eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in sizes}
     results = {"variants": list(task.REWARD_VARIANTS), "runs": {"sft": []}}
     for seed in seeds:
-        results["runs"]["sft"].append({"dir": None, "usage": sft_usage,
-                                       "eval": cached_eval(os.path.join(out, f"sft-eval-s{seed}.json"), sft_path,
-                                                           task, eval_sets, args, seed)})
-    for (algo, seed), usage in usages.items():
-        run_dir = os.path.join(out, f"{algo}-s{seed}")
-        metrics = cached_eval(os.path.join(run_dir, "eval.json"), os.path.join(run_dir, "final"), task, eval_sets, args, seed)
-        results["runs"].setdefault(algo, []).append({"dir": run_dir, "usage": usage, "eval": metrics})
+        evals = cached_eval(os.path.join(out, f"sft-eval-s{seed}.json"), sft_path, task, eval_sets,
+                            args, seed)
+        results["runs"]["sft"].append({"dir": None, "usage": sft_usage, "eval": evals})
+    for name in rows:
+        for seed in seeds:
+            run_dir, usage = finished[(name, seed)]
+            evals = cached_eval(os.path.join(run_dir, "eval.json"), os.path.join(run_dir, "final"),
+                                task, eval_sets, args, seed)
+            results["runs"].setdefault(name, []).append({"dir": run_dir, "usage": usage,
+                                                         "eval": evals})
 
-    # 4. table and plot
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    print(write_table(results, args, sizes, os.path.join(out, "results.md")))
-    plot(results, sizes[0], os.path.join(out, "curves.png"))
-    print(f"[compare] {time.time() - started:.0f} s in all; {out}/results.md, {out}/curves.png")
-
-
-def cached_eval(path: str, model_path: str, task, eval_sets: dict, args, seed: int) -> dict:
-    if not os.path.exists(path):
-        metrics = evaluate_model(model_path, task, eval_sets, args, seed)
-        with open(path + ".tmp", "w") as f:
-            json.dump(metrics, f)
-        os.replace(path + ".tmp", path)
-    with open(path) as f:
-        return json.load(f)
+    # 4. RESULTS.md, its plot, results.json, README's block
+    common.write_json_atomic(os.path.join(out, "results.json"), results)
+    plot(results, sizes[0], args.task, plot_path(args))
+    print(write_results(results, args, sizes, argv))
+    if args.readme:
+        update_readme(args.readme, results, sizes, args)
+    print(f"[compare] {time.time() - started:.0f} s in all; {args.results}, {plot_path(args)}")
 
 
 if __name__ == "__main__":

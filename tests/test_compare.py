@@ -22,30 +22,63 @@ def _fake_run(tmp_path, name, accs):
 def _eval(acc):
     m = {}
     for n in (3, 4):
-        m.update({f"eval{n}/greedy/accuracy": acc, f"eval{n}/sampled/accuracy": acc})
-    m.update({"eval3/sampled/format_rate": 1.0, "eval3/pass@8": 0.5, "eval3/sampled/length": 20.0, "eval3/sampled/reward": acc,
-              **{f"eval3/sampled/reward_{v}": acc for v in ("original", "A", "B")}})
+        for mode in ("greedy", "sampled", "report-sampled"):
+            m[f"eval{n}/{mode}/accuracy"] = acc
+            m.update({f"eval{n}/{mode}/reward_{v}": acc for v in ("original", "A", "B")})
+        m.update({f"eval{n}/sampled/format_rate": 1.0, f"eval{n}/pass@8": 0.5,
+                  f"eval{n}/sampled/length": 20.0})
     return m
 
 
-def test_table_reports_mean_and_spread_over_seeds_and_plot_is_written(tmp_path):
+def _results(tmp_path):
     usage = {"wall_s": 100.0, "peak_rss_mb": 900.0}
-    results = {"variants": ["original", "A", "B"], "runs": {
+    return {"variants": ["original", "A", "B"], "runs": {
         "sft": [{"dir": None, "usage": usage, "eval": _eval(0.3)}] * 2,
         "rloo": [{"dir": _fake_run(tmp_path, f"rloo-s{s}", [0.3, acc]), "usage": usage, "eval": _eval(acc)}
                  for s, acc in enumerate([0.4, 0.5])]}}
-    args = compare.parse_args(["--seeds", "0,1"])[1]
-    text = compare.write_table(results, args, [3, 4], str(tmp_path / "results.md"))
+
+
+def test_table_reports_mean_and_spread_over_seeds_and_plot_is_written(tmp_path):
+    results = _results(tmp_path)
+    text = compare.main_table(results, [3, 4])
     rloo_row = [line for line in text.splitlines() if line.startswith("| rloo")][0]
     assert "45.0 ± 7.1" in rloo_row  # accuracy 40% and 50%: mean 45, sample sd 7.07
     assert "| sft | 30.0 ± 0.0" in text
-    assert compare.curve(results["runs"]["rloo"][1]["dir"], "eval3/sampled/accuracy") == ([0.0, 10.0], [256, 512], [0.3, 0.5])
-    compare.plot(results, 3, str(tmp_path / "curves.png"))
+    assert "0.450 ± 0.071" in rloo_row  # the mean reward under the report's decoding, 3 digits
+    assert compare.curve(results["runs"]["rloo"][1]["dir"], "eval3/sampled/accuracy") == (
+        [0.0, 10.0], [256, 512], [0.3, 0.5])
+    compare.plot(results, 3, "countdown", str(tmp_path / "curves.png"))
     assert os.path.getsize(tmp_path / "curves.png") > 10_000
 
 
+def test_results_file_names_its_command_commit_and_machine_and_fills_readme_block(tmp_path):
+    results = _results(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results:start -->\nold table 99.9\n<!-- results:end -->\nend\n")
+    argv = ["--seeds", "0,1", "--results", str(tmp_path / "docs" / "RESULTS.md"), "--readme", str(readme)]
+    args = compare.parse_args(argv)[1]
+    text = compare.write_results(results, args, [3, 4], argv)
+    assert "python scripts/compare.py --seeds 0,1" in text and "commit " in text and "cores" in text
+    assert (tmp_path / "docs" / "RESULTS.md").read_text() == text
+    compare.update_readme(str(readme), results, [3, 4], args)
+    new = readme.read_text()
+    assert "old table 99.9" not in new and "45.0 ± 7.1" in new
+    assert new.startswith("intro\n") and new.endswith("end\n")
+
+
+def test_ordering_note_says_where_our_order_differs_from_the_reports(tmp_path):
+    def runs(**rewards):
+        return {"runs": {n.replace("_", " "): [{"eval": {"eval3/report-sampled/reward_original": r}}]
+                         for n, r in rewards.items()}}
+    same = runs(sft=0.3, rloo=0.2)  # [CR] Table 1: sft 0.3385 > rloo 0.2140
+    assert "is the report's" in compare.ordering_note(same, 3)
+    flipped = runs(sft=0.2, rloo=0.3)
+    note = compare.ordering_note(flipped, 3)
+    assert "differ" in note and "Ours" in note and "rloo > sft" in note
+
+
 @pytest.mark.parametrize("args,message", [
-    (["--algorithms", "rloo,ppo"], "unknown ppo"),
+    (["--rows", "rloo,ppo"], "unknown ppo"),
     (["--seeds", "0,x"], "--seeds"),
     (["--sft", "/nonexistent"], "no such checkpoint"),
     (["--time-limit", "0"], "positive"),
