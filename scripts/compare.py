@@ -1,22 +1,25 @@
-"""Compare the algorithms on one task and write docs/RESULTS.md: one SFT checkpoint, one budget, seeds.
+"""Compare the algorithms on one task; write docs/RESULTS.md. One SFT checkpoint, one budget, seeds.
 
-    python scripts/compare.py               # CPU: tiny model, every row, seeds 0,1,2, 3 minutes a run
-    python scripts/compare.py --sft runs/sft-countdown-TIME/final --time-limit 30 --jobs 1 --engine vllm
+    python scripts/compare.py            # CPU: tiny model, every row, seeds 0,1,2, 3 minutes a run
+    python scripts/compare.py --sft runs/sft-countdown-TIME/final --time-limit 30 --jobs 1 \
+        --engine vllm                    # GPU
 
 1. sft.py trains the starting checkpoint once (or `--sft PATH` reuses one).
-2. Every row of ROWS (the course report's configurations, then our defaults) runs its script from that
-   checkpoint with `--seed s` for every seed and `--time-limit` minutes of wall clock (data generation,
-   Q0 estimation and engine start count against it); `--jobs` runs go side by side.
+2. Every row of ROWS (the course report's configurations, then our defaults) runs its script from
+   that checkpoint with `--seed s` for every seed and `--time-limit` minutes of wall clock (data
+   generation, Q0 estimation and engine start count against it); `--jobs` runs go side by side.
 3. Every final model, and the SFT model, is evaluated here in one way (common.evaluate, the same
-   held-out problems) under two decodings: ours (greedy, and k samples at T = 1, the policy itself) and
-   the report's (k samples at T = 0.15, top-p 0.9, top-k 30, [CR] §4), so that no script grades itself.
-4. Writes --results (docs/RESULTS.md: command, commit, date, machine, seeds, the tables, the report's
-   Table 1-2 figures beside ours, where the orderings differ), its plot, OUT/results.json, and the
-   results block of README.md (between its `results:start` and `results:end` markers).
+   held-out problems) under two decodings: ours (greedy, and k samples at T = 1, the policy
+   itself) and the report's (k samples at T = 0.15, top-p 0.9, top-k 30, [CR] §4), so that no
+   script grades itself.
+4. Writes --results (docs/RESULTS.md: command, commit, date, machine, seeds, the tables, the
+   report's Table 1-2 figures beside ours, where the orderings differ), its plot,
+   OUT/results.json, and the results block of README.md (between its `results:start` and
+   `results:end` markers).
 
 [CR] the course report "Off-Policy Finetuning for LLM Math Reasoning".
-An interrupted comparison picks up where it stopped: finished runs (final/ and usage.json) and finished
-evaluations (eval.json) are kept; an unfinished run starts again.
+An interrupted comparison picks up where it stopped: finished runs (final/ and usage.json) and
+finished evaluations (eval.json) are kept; an unfinished run starts again.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ import common  # noqa: E402
 from tasks import get_task  # noqa: E402
 
 # name -> (script, flags). First the course report's configurations, then each script's defaults.
-# agro off-policy draws 512 reference prompts instead of 2048 (2048 x 8 take ~4 minutes on one thread).
+# agro off-policy draws 512 reference prompts, not 2048 (2048 x 8 take ~4 minutes on one thread).
 ROWS = {
     "rloo": ("rloo.py", []),
     "topr (report: original)": ("topr.py", ["--report-variant", "original"]),
@@ -62,20 +65,24 @@ README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="countdown")
-    p.add_argument("--model", default="tiny", help="the model sft.py starts from (tiny, a folder, a hub id)")
-    p.add_argument("--sft", default=None, help="reuse this SFT checkpoint instead of running sft.py")
+    p.add_argument("--model", default="tiny",
+                   help="the model sft.py starts from (tiny, a folder, a hub id)")
+    p.add_argument("--sft", default=None,
+                   help="reuse this SFT checkpoint instead of running sft.py")
     p.add_argument("--rows", default=",".join(ROWS),
                    help="comma-separated subset of: " + ", ".join(ROWS))
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for the RL runs")
     p.add_argument("--time-limit", type=common.positive_float, default=3.0, metavar="MIN",
-                   help="wall-clock minutes per RL run, everything included but the final evaluation")
+                   help="wall-clock minutes per RL run, all included but the final evaluation")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
     p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
-                   help="generation engine of the RL runs (hf: fastest for the tiny model on a CPU)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+                   help="engine of the RL runs (hf: fastest for the tiny model on a CPU)")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems a size")
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
-    p.add_argument("--sizes", default=None, help="held-out sizes, comma-separated (default: the task's)")
+    p.add_argument("--sizes", default=None,
+                   help="held-out sizes, comma-separated (default: the task's)")
     p.add_argument("--out", default="runs/compare", help="folder for the runs and results.json")
     p.add_argument("--results", default="docs/RESULTS.md",
                    help="the generated results file (its plot is written beside it)")
@@ -84,11 +91,11 @@ def parse_args(argv=None):
     return p, p.parse_args(argv)
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Running the scripts and evaluating their models
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
-    """Run one training script to completion; wall clock and peak resident memory of that process."""
+    """Run one training script to completion; wall clock and peak resident memory of its process."""
     usage_file = os.path.join(out_dir, "usage.json")
     if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(usage_file):
         with open(usage_file) as f:
@@ -104,7 +111,8 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
     if code != 0:
         raise SystemExit(f"compare.py: {name} failed (exit {code}), see {log_dir}/{name}.log")
     common.write_json_atomic(usage_file, usage)
-    print(f"[compare] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB", flush=True)
+    print(f"[compare] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB",
+          flush=True)
     return usage
 
 
@@ -132,9 +140,9 @@ def cached_eval(path: str, model_path: str, task, eval_sets: dict, args, seed: i
         return json.load(f)
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # RESULTS.md, its plot, the README block
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     values = [v * scale for v in values]
     if len(values) == 1:
@@ -143,8 +151,9 @@ def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
 
 
 def table(results: dict, cols: list[tuple[str, str, float]], usage: bool = False) -> str:
-    """A markdown table: one row per configuration, mean ± sd over seeds of each (label, key, scale)."""
-    head = ["configuration"] + [c[0] for c in cols] + (["wall clock (s)", "peak memory (MB)"] * usage)
+    """A markdown table: a row per configuration, mean ± sd over seeds of each (label, key, x)."""
+    head = ["configuration"] + [c[0] for c in cols]
+    head += ["wall clock (s)", "peak memory (MB)"] * usage
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for name, runs in results["runs"].items():
         cells = [mean_sd([r["eval"][key] for r in runs], scale, 3 if scale == 1 else 1)
@@ -210,7 +219,8 @@ def plot(results: dict, first: int, task: str, path: str) -> None:
             continue
         for i, r in enumerate(runs):
             xt, _, ys = curve(r["dir"], key)
-            ax.plot(xt, ys, color=color, alpha=0.8, lw=1.2, marker=".", label=name if i == 0 else None)
+            ax.plot(xt, ys, color=color, alpha=0.8, lw=1.2, marker=".",
+                    label=name if i == 0 else None)
     ax.set_xlabel("wall clock of the RL run (s)")
     ax.set_ylabel(f"held-out accuracy, size {first}, T = 1")
     ax.grid(alpha=0.3)
@@ -231,7 +241,8 @@ def commit() -> str:
     def git(*a):
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + (" (with uncommitted changes)" if git("status", "--porcelain", "--", "*.py") else "")
+    dirty = git("status", "--porcelain", "--", "*.py")
+    return head + (" (with uncommitted changes)" if dirty else "")
 
 
 def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str:
@@ -242,8 +253,8 @@ def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str
                   + [(f"{first}: reward {v}", f"eval{first}/sampled/reward_{v}", 1)
                      for v in results["variants"]])
     report = ["| configuration | [CR] Table 1 (200 puzzles) | [CR] Table 2 (1,000 harder) |",
-              "|---|---|---|"] + [f"| {n} | {REPORT_TABLE1.get(n, '')} | {REPORT_TABLE2.get(n, '')} |"
-                                  for n in REPORT_TABLE1]
+              "|---|---|---|"]
+    report += [f"| {n} | {REPORT_TABLE1[n]} | {REPORT_TABLE2.get(n, '')} |" for n in REPORT_TABLE1]
     rows = "\n".join(f"- {name}: `python {ROWS[name][0]} {shlex.join(ROWS[name][1])}`".rstrip()
                      for name in results["runs"] if name in ROWS)
     text = f"""# Results
@@ -252,12 +263,13 @@ Generated by `python scripts/compare.py {shlex.join(argv)}`; do not edit by hand
 
 - commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}
 - machine: {machine()}
-- task {args.task}; every RL run starts from one SFT checkpoint and has {args.time_limit} minutes
-  of wall clock ({args.jobs} side by side, {args.threads} torch thread(s) each, engine {args.engine});
-  seeds {args.seeds}; mean ± sd over seeds (the sft row: over evaluation seeds)
-- held-out: {args.eval_size} problems of each size ({', '.join(map(str, sizes))}), the same for every
-  row. Greedy: one completion. T=1: {k} samples at temperature 1. [CR] decoding: {k} samples at
-  T = 0.15, top-p 0.9, top-k 30, the course report's evaluation. Reward: "original" ([CR] §3.3).
+- task {args.task}; every RL run starts from one SFT checkpoint and has {args.time_limit}
+  minutes of wall clock ({args.jobs} side by side, {args.threads} torch thread(s) each, engine
+  {args.engine}); seeds {args.seeds}; mean ± sd over seeds (the sft row: over evaluation seeds)
+- held-out: {args.eval_size} problems of each size ({', '.join(map(str, sizes))}), the same for
+  every row. Greedy: one completion. T=1: {k} samples at temperature 1. [CR] decoding: {k}
+  samples at T = 0.15, top-p 0.9, top-k 30, the course report's evaluation. Reward: "original"
+  ([CR] §3.3).
 
 ## Accuracy (%) and mean reward
 
@@ -308,9 +320,9 @@ def update_readme(path: str, results: dict, sizes: list[int], args) -> None:
         f.write(text[:start] + block + text[end:])
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # main
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def int_list(text: str, flag: str) -> list[int]:
     try:
         return [int(s) for s in text.split(",")]
@@ -332,7 +344,7 @@ def check_args(args, parser):
             raise ValueError(f"--sft {args.sft}: no such checkpoint")
         if os.path.exists(os.path.join(args.out, "results.json")):
             with open(os.path.join(args.out, "results.json")) as f:
-                json.load(f)  # a corrupt or foreign output folder is named, not overwritten silently
+                json.load(f)  # a corrupt or foreign output folder is named, not overwritten
     except json.JSONDecodeError:
         parser.error(f"--out {args.out}: results.json there is not a comparison's output")
     except ValueError as e:
@@ -355,9 +367,9 @@ def main(argv=None):
                                                           "peak_rss_mb": float("nan")}
     else:
         sft_dir = os.path.join(out, "sft")
-        sft_usage = run_script("sft", [py, "sft.py", "--task", args.task, "--model", args.model,
-                                       "--out", sft_dir, "--threads", str(args.threads * args.jobs)],
-                               sft_dir, log_dir)
+        cmd = [py, "sft.py", "--task", args.task, "--model", args.model, "--out", sft_dir,
+               "--threads", str(args.threads * args.jobs)]
+        sft_usage = run_script("sft", cmd, sft_dir, log_dir)
         sft_path = os.path.join(sft_dir, "final")
 
     # 2. the RL runs, --jobs at a time

@@ -1,11 +1,12 @@
-"""scripts/compare.py: the table, the plot and bad input (the runs themselves are the scripts' own tests)."""
+"""scripts/compare.py: tables, plot, RESULTS.md, bad input (the runs are the scripts' own tests)."""
 import json
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import compare  # noqa: E402
 
 
@@ -34,8 +35,8 @@ def _results(tmp_path):
     usage = {"wall_s": 100.0, "peak_rss_mb": 900.0}
     return {"variants": ["original", "A", "B"], "runs": {
         "sft": [{"dir": None, "usage": usage, "eval": _eval(0.3)}] * 2,
-        "rloo": [{"dir": _fake_run(tmp_path, f"rloo-s{s}", [0.3, acc]), "usage": usage, "eval": _eval(acc)}
-                 for s, acc in enumerate([0.4, 0.5])]}}
+        "rloo": [{"dir": _fake_run(tmp_path, f"rloo-s{s}", [0.3, acc]), "usage": usage,
+                  "eval": _eval(acc)} for s, acc in enumerate([0.4, 0.5])]}}
 
 
 def test_table_reports_mean_and_spread_over_seeds_and_plot_is_written(tmp_path):
@@ -55,7 +56,8 @@ def test_results_file_names_its_command_commit_and_machine_and_fills_readme_bloc
     results = _results(tmp_path)
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- results:start -->\nold table 99.9\n<!-- results:end -->\nend\n")
-    argv = ["--seeds", "0,1", "--results", str(tmp_path / "docs" / "RESULTS.md"), "--readme", str(readme)]
+    argv = ["--seeds", "0,1", "--results", str(tmp_path / "docs" / "RESULTS.md"),
+            "--readme", str(readme)]
     args = compare.parse_args(argv)[1]
     text = compare.write_results(results, args, [3, 4], argv)
     assert "python scripts/compare.py --seeds 0,1" in text and "commit " in text and "cores" in text
@@ -68,8 +70,8 @@ def test_results_file_names_its_command_commit_and_machine_and_fills_readme_bloc
 
 def test_ordering_note_says_where_our_order_differs_from_the_reports(tmp_path):
     def runs(**rewards):
-        return {"runs": {n.replace("_", " "): [{"eval": {"eval3/report-sampled/reward_original": r}}]
-                         for n, r in rewards.items()}}
+        key = "eval3/report-sampled/reward_original"
+        return {"runs": {n: [{"eval": {key: r}}] for n, r in rewards.items()}}
     same = runs(sft=0.3, rloo=0.2)  # [CR] Table 1: sft 0.3385 > rloo 0.2140
     assert "is the report's" in compare.ordering_note(same, 3)
     flipped = runs(sft=0.2, rloo=0.3)
