@@ -20,10 +20,15 @@ For each prompt take n >= 2 completions y_1..y_n, and with h_i = sg(log pi(y_i) 
   the likelihood-ratio term, which exists because the sampling distribution itself depends on theta:
     w_i  = beta (r_pi,i - b_i) - lambda_LR 1/2 [(r_pi,i - b_i)^2 - v_i]              (lambda_LR = 1: paper)
     loss = -1/(B n) sum sg(w_i / beta) log pi(y_i)          (/beta: same scale as off-policy, ALGORITHMS §4.4)
-  KL-regularised policy gradient, the paper's comparison (§5.1, §8.2; `--loss klpg`):
-    loss = -1/(B n) sum (r_i - b^r_i) log pi(y_i) + beta/(B n) sum_i sum_t KL(pi || pi_ref)(. | x, y_i,<t)
-    with the exact per-token KL over the vocabulary along each sampled y_i, differentiated. On-policy it has
-    AGRO's expected gradient; off-policy it converges to the wrong policy (Fig. 1; tests/test_agro.py).
+  KL-regularised policy gradient, the paper's comparison (`--loss klpg`), as the paper runs it:
+    offline groups (§8.2): loss = -1/(B n) sum (r_i - b^r_i) log pi(y_i) + beta/(B n) sum_i sum_t KL_t(y_i)
+      with the exact per-token KL over the vocabulary along each sampled y_i, differentiated. It converges
+      to the wrong policy (Fig. 1).
+    on-policy groups (§8.1, RLOO with the KL in the reward): loss = -1/(B n) sum (r_pi,i - b_i) log pi(y_i),
+      the same computation as off-policy AGRO's weights on fresh samples (= --lambda-lr 0), and the unbiased
+      gradient of Eq. 1. The per-token form is NOT used there: along a fixed sampled path it drops the
+      score term sum_s grad log pi(y_s|.) sum_{t>s} KL_t, so for responses of two or more tokens its
+      expectation is not the gradient of Eq. 1 (tests/test_agro.py, depth-2 tree).
 
 Data (`--online-fraction f`, default 1 with `--mode onpolicy`, 0 with `--mode offpolicy`): each batch holds
 round(f B) groups sampled now from the current policy (on-policy AGRO weights, the engine synced with the
@@ -77,7 +82,8 @@ def parse_args(argv=None):
     p.add_argument("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
                    help="default data source: offline groups (Eq. 4) or fresh groups from the policy (Eqs. 5-6)")
     p.add_argument("--loss", choices=["agro", "klpg"], default="agro",
-                   help="agro, or the KL-regularised policy gradient it is compared with (§5.1)")
+                   help="agro, or the KL-regularised policy gradient it is compared with: per-token KL on offline "
+                        "groups (§8.2), sequence KL in a detached reward (RLOO) on on-policy groups (§8.1)")
     p.add_argument("--beta", type=float, default=None,
                    help="KL coefficient, per SEQUENCE (h sums ~25 tokens here; paper: beta ~ 1/T, §8.3). Default: "
                         "0.5 when a batch holds on-policy groups, which need beta > (1/2 - p)(r_correct - r_wrong) "
@@ -218,15 +224,31 @@ def token_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor, mask: torch.Ten
 
 
 def klpg_loss(logprobs: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, kl: torch.Tensor,
-              beta: float, norm: str = "seq") -> torch.Tensor:
-    """KL-regularised policy gradient with the same data (§5.1, §8.2; ALGORITHMS.md §4.3, reconstructed):
-    -mean_i (r_i - b^r_i) log pi(y_i) + beta mean_i sum_t KL_t(y_i).
+              beta: float, norm: str = "seq", h: torch.Tensor | None = None,
+              online: torch.Tensor | None = None) -> torch.Tensor:
+    """The KL-regularised policy gradient that the paper compares AGRO with, group by group:
 
-    logprobs, mask: [N, T];  rewards: [B, n] raw rewards (b^r: their leave-one-out mean);  kl: [N, T] from
-    token_kl, WITH gradient (the KL is differentiated, not folded into a detached reward).
+      offline groups (§8.2, per-token KL):  -mean_i (r_i - b^r_i) log pi(y_i) + beta mean_i sum_t KL_t(y_i)
+          with b^r the leave-one-out mean of the raw rewards and KL_t the exact KL over the vocabulary at
+          each prefix of the sampled y_i, differentiated along that fixed path (Fig. 1's comparison);
+      on-policy groups (§8.1, RLOO with the KL in the reward):  -mean_i (r_pi,i - b_i) log pi(y_i),
+          r_pi = r - beta sg(h), h the SEQUENCE log-ratio: the unbiased gradient of Eq. 1.
+    On-policy the per-token form is not: differentiating sum_t KL_t along a sampled path drops the score
+    term sum_s grad log pi(y_s|.) sum_{t>s} KL_t (later prefixes are reached with a probability that
+    depends on theta); it agrees with the gradient of Eq. 1 only for one-token responses.
+
+    logprobs, mask, kl: [N, T] (kl from token_kl, with gradient);  rewards, h: [B, n] (h needed only
+    when a group is on-policy);  online: [B] bool (default: every group offline).
     """
-    adv = agro_offpolicy_weights(rewards).reshape(-1)  # r_i - b^r_i: the off-policy weights with beta = 0
-    return agro_loss(logprobs, mask, adv, norm) + beta * reduce_tokens(kl, mask, norm)
+    if online is None:
+        online = torch.zeros(rewards.shape[0], dtype=torch.bool, device=rewards.device)
+    adv = agro_offpolicy_weights(rewards)  # r_i - b^r_i: the off-policy weights with beta = 0
+    if online.any():
+        if h is None:
+            raise ValueError("klpg_loss: on-policy groups need h (the sequence log-ratio)")
+        adv = torch.where(online[:, None], agro_offpolicy_weights(regularised_rewards(rewards, h, beta)), adv)
+    offline_rows = (~online).repeat_interleave(rewards.shape[1]).to(kl.dtype)[:, None]  # [N, 1]
+    return agro_loss(logprobs, mask, adv.reshape(-1), norm) + beta * reduce_tokens(kl * offline_rows, mask, norm)
 
 
 def consistency_loss(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
@@ -445,7 +467,7 @@ def main(argv=None):
             h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(r)  # [b, n] log pi(y|x) - log pi_ref(y|x)
             share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(completions) / n_samples
             if args.loss == "klpg":
-                loss = klpg_loss(logprobs, mask, r, kl, args.beta, args.loss_norm) * share
+                loss = klpg_loss(logprobs, mask, r, kl, args.beta, args.loss_norm, h, online) * share
             else:
                 rpi = regularised_rewards(r, h, args.beta)
                 w = agro_offpolicy_weights(rpi)  # Eq. 4 for offline groups (and the on-policy PD term)

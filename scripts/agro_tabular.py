@@ -1,15 +1,24 @@
-"""The tabular AGRO experiments behind tests/test_agro.py, printed as numbers (ALGORITHMS.md §6).
+"""The tabular AGRO experiments behind tests/test_agro.py, printed as numbers.
 
-Each arm of a bandit is a one-token "sequence" with its own logit. Every update is the EXACT expectation
-of the autograd gradient of agro.py's own loss functions, over every n-tuple of arms drawn from the data
-distribution (mu, or the current policy for on-policy), each group weighted by its probability.
+[AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm", 2025,
+arXiv:2503.19612.
+
+In 1-2 each arm of a bandit is a one-token "sequence" with its own logit; in 3 responses have two tokens.
+Every update is the EXACT expectation of the autograd gradient of agro.py's own loss functions, over every
+n-tuple of responses drawn from the data distribution (mu, or the current policy for on-policy), each
+group weighted by its probability.
 
   1. Fig. 1 of the paper: off-policy data from mu in {uniform, pi_ref}; off-policy AGRO vs KL-regularised PG;
      KL(pi || pi*) after 1000 / 5000 steps (6 arms, beta 0.3, lr 0.5, seeds 0-2).
   2. On-policy characterisation: 10 arms, one correct (reward 1) with pi_ref mass 0.05; on-policy AGRO with
      lambda_LR 1 (the paper) and 0; the correct arm's probability and KL(pi || pi*) (lr 1, 3000 steps).
+  3. Depth-2 tree (two-token responses, 3 tokens, beta 0.3, n 3, on-policy): the exact gradient of
+     E[r] - beta KL(pi || pi_ref) beside the expected gradient of AGRO's estimators, the per-token KL-PG
+     and the sequence-KL PG (RLOO with the KL in a detached reward). Only the per-token form is off,
+     and only on the first token's logits.
 
-Run:  python scripts/agro_tabular.py          (about 1 minute on one core)
+Run:  python scripts/agro_tabular.py          (all three; about 1 minute on one core)
+      python scripts/agro_tabular.py depth2   (3 only; seconds)
 """
 import itertools
 import os
@@ -97,6 +106,79 @@ def characterisation():
         print(f"   p {p:.2f}  " + "  ".join(cells))
 
 
+def depth2(seed=0, V=3, beta=0.3, n=3):
+    g = torch.Generator().manual_seed(seed)
+    t1, t2 = torch.randn(V, generator=g, dtype=f64), torch.randn(V, V, generator=g, dtype=f64)
+    ref1 = torch.log_softmax(torch.randn(V, generator=g, dtype=f64), -1)
+    ref2 = torch.log_softmax(torch.randn(V, V, generator=g, dtype=f64), -1)
+    r = torch.rand(V, V, generator=g, dtype=f64)
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=2)))  # every response (a, b)
+
+    def per_token(th1, th2):  # log pi(a), log pi(b|a): [V^2, 2];  next-token distributions [V^2, 2, V]
+        l1, l2 = torch.log_softmax(th1, -1), torch.log_softmax(th2, -1)
+        lp = torch.stack([l1[seqs[:, 0]], l2[seqs[:, 0], seqs[:, 1]]], -1)
+        return lp, torch.stack([l1.expand(len(seqs), V), l2[seqs[:, 0]]], 1)
+
+    def leaves():
+        return t1.clone().requires_grad_(True), t2.clone().requires_grad_(True)
+
+    ref_lp, ref_all = per_token(ref1, ref2)
+    rew = r[seqs[:, 0], seqs[:, 1]]
+    th = leaves()
+    logp = per_token(*th)[0].sum(-1)
+    pi = logp.exp()
+    rows = {"exact grad of E[r] - beta KL(pi || pi_ref)": torch.autograd.grad(
+        (pi * (rew - beta * (logp - ref_lp.sum(-1)))).sum(), th)}
+    groups = torch.tensor(list(itertools.product(range(len(seqs)), repeat=n)))  # [G, n]
+    G, flat = len(groups), groups.reshape(-1)
+    scale = (pi.detach()[groups].prod(-1) * G).repeat_interleave(n)[:, None]  # mean over rows = E
+    mask = torch.ones(G * n, 2, dtype=f64)
+    online = torch.ones(G, dtype=torch.bool)
+    losses = {
+        "AGRO Eq. 4 weights on these samples (--lambda-lr 0)": lambda lp, kl, rg, h: agro.agro_loss(
+            lp, mask, agro.agro_offpolicy_weights(agro.regularised_rewards(rg, h, beta)).reshape(-1)),
+        "per-token KL-PG (differentiated along the path)": lambda lp, kl, rg, h: agro.klpg_loss(
+            lp, mask, rg, kl, beta),
+        "sequence-KL PG (RLOO, agro.py --loss klpg on-policy)": lambda lp, kl, rg, h: agro.klpg_loss(
+            lp, mask, rg, kl, beta, h=h, online=online),
+    }
+    for name, loss_of in losses.items():
+        th = leaves()
+        lp, lp_all = per_token(*th)
+        kl = agro.token_kl(lp_all[flat], ref_all[flat], mask)
+        h = (lp.sum(-1) - ref_lp.sum(-1))[groups]
+        loss = loss_of(lp[flat] * scale, kl * scale, rew[groups], h)
+        rows[name] = tuple(-x for x in torch.autograd.grad(loss, th))
+    exact = rows["exact grad of E[r] - beta KL(pi || pi_ref)"]
+    print(f"3. Depth-2 tree: {V} tokens at each of 2 positions, beta {beta}, n {n} samples from pi "
+          f"(seed {seed}); expected ascent directions, by enumeration of all {G} groups")
+    print("| | first-token logits (d theta_1) | max err, 1st token | max err, 2nd token |")
+    print("|---|---|---|---|")
+    for name, (d1, d2) in rows.items():
+        cells = ", ".join(f"{x:+.6f}" for x in d1.tolist())
+        e1, e2 = (d1 - exact[0]).abs().max().item(), (d2 - exact[1]).abs().max().item()
+        print(f"| {name} | {cells} | {e1:.1e} | {e2:.1e} |")
+    # on-policy AGRO (lambda_LR 1) follows -(1/beta) grad L_on, L_on = 1/2 Var_pi[r_pi]: another direction,
+    # with the same fixed point pi*
+    th = leaves()
+    logp = per_token(*th)[0].sum(-1)
+    pi, rpi = logp.exp(), rew - beta * (logp - ref_lp.sum(-1))
+    target = [-x / beta for x in torch.autograd.grad(0.5 * (pi * (rpi - (pi * rpi).sum()) ** 2).sum(), th)]
+    th = leaves()
+    lp, _ = per_token(*th)
+    h = (lp.sum(-1) - ref_lp.sum(-1))[groups]
+    w = agro.agro_onpolicy_weights(agro.regularised_rewards(rew[groups], h, beta), beta, 1.0, "var")
+    got = [-x for x in torch.autograd.grad(agro.agro_loss(lp[flat] * scale, mask, w.reshape(-1)), th)]
+    err = max((a - b).abs().max().item() for a, b in zip(got, target))
+    print(f"on-policy AGRO (Eqs. 5-6, lambda_LR 1, v = var): d theta_1 = "
+          + ", ".join(f"{x:+.6f}" for x in got[0].tolist())
+          + f"; max err vs -(1/beta) grad L_on {err:.1e} (a different direction from grad J, same optimum)")
+
+
 if __name__ == "__main__":
-    fig1()
-    characterisation()
+    if sys.argv[1:] == ["depth2"]:
+        depth2()
+    else:
+        fig1()
+        characterisation()
+        depth2()

@@ -242,6 +242,96 @@ def test_onpolicy_characterisation_rare_correct_answer():
 
 
 # ---------------------------------------------------------------------------------------------------
+# A depth-2 tree: two-token responses, where per-token and sequence-level KL gradients part
+# ---------------------------------------------------------------------------------------------------
+def depth2_tree(seed, V=3):
+    """Policy and reference over two-token responses (a, b): pi(a) = softmax(t1), pi(b|a) = softmax(t2[a]).
+    Returns (t1 [V], t2 [V, V], ref1 [V] log-probs, ref2 [V, V] log-probs, rewards [V, V])."""
+    g = torch.Generator().manual_seed(seed)
+    t1, t2 = torch.randn(V, generator=g, dtype=f64), torch.randn(V, V, generator=g, dtype=f64)
+    ref1 = torch.log_softmax(torch.randn(V, generator=g, dtype=f64), -1)
+    ref2 = torch.log_softmax(torch.randn(V, V, generator=g, dtype=f64), -1)
+    return t1, t2, ref1, ref2, torch.rand(V, V, generator=g, dtype=f64)
+
+
+def depth2_expectations(t1, t2, ref1, ref2, r, beta, n=3):
+    """The exact gradient of J = E_pi r - beta KL(pi || pi_ref) (sequence-level), the exact (1/beta) grad of
+    L_on = 1/2 Var_pi[r_pi], and the EXACT expectation, over every n-tuple of responses drawn from pi, of
+    minus the autograd gradient of each estimator's loss (ascent directions); each a pair (dt1, dt2)."""
+    V = len(t1)
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=2)))  # [V^2, 2]: every response (a, b)
+
+    def per_token(th1, th2):  # log pi(a), log pi(b|a): [V^2, 2]; full next-token distributions [V^2, 2, V]
+        l1, l2 = torch.log_softmax(th1, -1), torch.log_softmax(th2, -1)
+        lp = torch.stack([l1[seqs[:, 0]], l2[seqs[:, 0], seqs[:, 1]]], -1)
+        return lp, torch.stack([l1.expand(len(seqs), V), l2[seqs[:, 0]]], 1)
+
+    ref_lp, ref_all = per_token(ref1, ref2)  # the reference's own log-softmax: ref1, ref2 are log-probs
+    out = {}
+    th = (t1.clone().requires_grad_(True), t2.clone().requires_grad_(True))
+    lp, _ = per_token(*th)
+    logp, pi = lp.sum(-1), lp.sum(-1).exp()  # sequence log pi(y), pi(y): [V^2]
+    rew = r[seqs[:, 0], seqs[:, 1]]
+    rpi = rew - beta * (logp - ref_lp.sum(-1))
+    out["exact grad J"] = torch.autograd.grad((pi * rpi).sum(), th, retain_graph=True)
+    l_on = 0.5 * (pi * (rpi - (pi * rpi).sum()) ** 2).sum()
+    out["exact (1/beta) grad L_on"] = tuple(-g / beta for g in torch.autograd.grad(l_on, th))
+
+    groups = torch.tensor(list(itertools.product(range(len(seqs)), repeat=n)))  # [G, n] response indices
+    G = len(groups)
+    prob = pi.detach()[groups].prod(-1)  # [G]
+    scale = (prob * G).repeat_interleave(n)[:, None]  # [G n, 1]: mean over rows = expectation over groups
+    mask = torch.ones(G * n, 2, dtype=f64)
+    estimators = {
+        "AGRO Eq. 4 weights (lambda_LR 0)": lambda lp_s, kl_s, r_g, h: agro.agro_loss(
+            lp_s, mask, agro.agro_offpolicy_weights(agro.regularised_rewards(r_g, h, beta)).reshape(-1)),
+        "AGRO on-policy (Eqs. 5-6, lambda_LR 1)": lambda lp_s, kl_s, r_g, h: agro.agro_loss(
+            lp_s, mask, agro.agro_onpolicy_weights(agro.regularised_rewards(r_g, h, beta), beta).reshape(-1)),
+        "per-token KL-PG": lambda lp_s, kl_s, r_g, h: agro.klpg_loss(lp_s, mask, r_g, kl_s, beta),
+        "sequence-KL PG (RLOO)": lambda lp_s, kl_s, r_g, h: agro.klpg_loss(
+            lp_s, mask, r_g, kl_s, beta, h=h, online=torch.ones(G, dtype=torch.bool)),
+    }
+    for name, loss_of in estimators.items():
+        th = (t1.clone().requires_grad_(True), t2.clone().requires_grad_(True))
+        lp, lp_all = per_token(*th)
+        rows = groups.reshape(-1)
+        kl = agro.token_kl(lp_all[rows], ref_all[rows], mask)  # [G n, 2], differentiable
+        h = (lp.sum(-1) - ref_lp.sum(-1))[groups]  # [G, n]
+        loss = loss_of(lp[rows] * scale, kl * scale, rew[groups], h)
+        out[name] = tuple(-g for g in torch.autograd.grad(loss, th))
+    return out
+
+
+def test_depth2_klpg_per_token_form_is_biased_on_policy_sequence_form_is_not():
+    """Two-token responses, samples from pi itself (n = 3, every 3-tuple of the 9 responses enumerated):
+    the expected ascent of AGRO's Eq. 4 weights and of the sequence-KL PG (what --loss klpg does on
+    on-policy groups) equals the exact grad of E[r] - beta KL(pi || pi_ref) to 1e-12; on-policy AGRO equals
+    (1/beta) grad of -L_on. Per-token KL-PG is exact on the second-token logits but off on the first-token
+    ones by exactly the dropped score term beta E[grad log pi(a) KL(pi(.|a) || pi_ref(.|a))]."""
+    beta = 0.3
+    t1, t2, ref1, ref2, r = depth2_tree(0)
+    e = depth2_expectations(t1, t2, ref1, ref2, r, beta)
+    exact, on_exact = e["exact grad J"], e["exact (1/beta) grad L_on"]
+
+    def gap(a, b, part):
+        return (a[part] - b[part]).abs().max().item()
+
+    for part in (0, 1):
+        assert gap(e["sequence-KL PG (RLOO)"], exact, part) < 1e-12
+        assert gap(e["AGRO Eq. 4 weights (lambda_LR 0)"], exact, part) < 1e-12
+        assert gap(e["AGRO on-policy (Eqs. 5-6, lambda_LR 1)"], on_exact, part) < 1e-12
+    assert exact[0].abs().max().item() > 1e-2  # not trivially zero
+    per_token = e["per-token KL-PG"]
+    assert gap(per_token, exact, 1) < 1e-12  # second token: nothing comes after it
+    assert gap(per_token, exact, 0) > 1e-2  # first token: the score term is missing
+    th1 = t1.clone().requires_grad_(True)
+    l1, l2 = torch.log_softmax(th1, -1), torch.log_softmax(t2, -1)
+    kl2 = (l2.exp() * (l2 - ref2)).sum(-1)  # KL at the second position, after each first token a
+    (dropped,) = torch.autograd.grad(beta * (l1.exp().detach() * kl2 * l1).sum(), th1)
+    assert (per_token[0] - exact[0] - dropped).abs().max().item() < 1e-12
+
+
+# ---------------------------------------------------------------------------------------------------
 # The script on the tiny model
 # ---------------------------------------------------------------------------------------------------
 def _mean_reward(path, problems, samples=64):
