@@ -12,13 +12,19 @@ Canonical TOPR (Eq. 8): a+ = b+ = 1 (positives: a plain reward-weighted SFT step
 (negatives: truncated importance sampling, so a negative's push fades once pi(y) < mu(y)). Its surrogate
 objective (Eq. 11, `taper`) is bounded above (Prop. 3.2); naive REINFORCE (alpha = 1 everywhere, Eq. 4)
 is not: it gains without limit by driving any negative sample's probability to 0. `--loss` picks the named
-limits of Table 1. `--split 1` is the course report's Eq. 4 for rewards in [0, 1]: R = 1 gets the SFT term,
-every R < 1 the truncated one.
+limits of Table 1.
 
-The baseline c is not neutral off-policy (Eqs. 9-10, Prop. 3.1): it re-weights the dataset. The script prints
-the effective positive proportion p~ (Eq. 12 for R in {+1,-1}; ALGORITHMS.md §3.1 for several levels) of
-every iteration's data. [TOPR] found p~ of 10-20% best on GSM8K/MATH with Llama 3 8B; with the 1M-parameter
-Countdown model here accuracy rose with p~ up to the highest tried (70%, c = -0.8, the default).
+Rewards and the split. With the paper's reward (`--reward pm1`, +1/-1) the split is by sign (`--split 0`)
+and c defaults to -0.8. The task's rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for penalties,
+so R - c >= 0 for almost every sample and TOPR would be reward-weighted SFT; for them the defaults are
+[CR] Eq. 4: c = 0 and `--split 1`, i.e. R = 1 gets the SFT term and every R < 1 the truncated ratio
+[pi/mu]_0^1 times R. The share of samples in the truncated branch is printed and logged
+(`negative_share`) every iteration. The report's three TOPR runs ([CR] Table 1: one dataset from the SFT
+model, lr 1e-4, batch 32; A+B trains the first epoch with A, the second with B):
+
+    python topr.py --reward original --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
+    python topr.py --reward A        --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
+    python topr.py --reward A+B      --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
 
 Algorithm 1, as run here:
   1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or pi_{i-1} in
@@ -87,11 +93,12 @@ def parse_args(argv=None):
     p.add_argument("--reward", default="pm1",
                    help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
                         "(A for the first half of all epochs, then B)")
-    p.add_argument("--c", type=float, default=-0.8,
-                   help="baseline: train on R - c (Eqs. 9-10); -0.8 gives p~ = 0.81 for the SFT model's p = 0.32 on "
-                        "3-number puzzles (on one fixed dataset accuracy rose with p~: c = 0.5, 0, -0.5, -0.8)")
-    p.add_argument("--split", type=float, choices=[0.0, 1.0], default=0.0,
-                   help="0: TOPR (positives R - c >= 0); 1: the course report's Eq. 4 (positives R - c >= 1)")
+    p.add_argument("--c", type=float, default=None,
+                   help="baseline: train on R - c (Eqs. 9-10); default -0.8 with pm1 (p~ about 0.8 for the SFT "
+                        "model), 0 with the task's rewards ([CR] Eq. 4 has no baseline)")
+    p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
+                   help="0: TOPR (negatives: R - c < 0); 1: [CR] Eq. 4 (negatives: R - c < 1); default 0 "
+                        "with pm1, 1 with the task's rewards (all >= 0 but for penalties)")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
                    help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over all tokens")
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
@@ -202,6 +209,17 @@ def c_for_p_tilde(p: float, p_tilde: float) -> float:
 # ---------------------------------------------------------------------------------------------------
 # Data: rewards, generation, files, selection
 # ---------------------------------------------------------------------------------------------------
+def default_baseline(reward: str) -> tuple[float, float]:
+    """(c, split) when not given: TOPR's sign split with c = -0.8 for pm1; [CR] Eq. 4 (c = 0, split 1)
+    for the task's rewards in [0, 1], under which c = -0.8 and split 0 leave no negative at all."""
+    return (-0.8, 0.0) if reward == PM1 else (0.0, 1.0)
+
+
+def negative_share(rewards, c: float, split: float) -> float:
+    """Share of samples in T- (R - c < split): those that get the truncated ratio [pi/mu]_a-^b-."""
+    return float(np.mean(np.asarray(rewards, dtype=float) - c < split))
+
+
 def reward_of(task, problem: dict, text: str, variant: str) -> float:
     if variant == PM1:
         return 1.0 if task.is_correct(problem, text) else -1.0
@@ -281,6 +299,18 @@ def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
     return rows
 
 
+def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int) -> None:
+    """Set LP_mu of rows that lack it to their sequence log-prob under `model` (mu, at T = 1)."""
+    model.eval()
+    with torch.no_grad():
+        for s in range(0, len(rows), micro_batch):
+            part = rows[s:s + micro_batch]
+            lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in part],
+                                                  [r["completion_ids"] for r in part], pad_id)
+            for r, v in zip(part, (lp * mask).sum(-1).tolist()):
+                r.setdefault("lp_mu", v)
+
+
 def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator) -> list[dict]:
     """uniform: every sample (or `keep` of them at random). anna-karenina (paper §4.3): the first correct
     sample of each prompt and every incorrect one; with `keep`, the positives plus random negatives up to
@@ -316,6 +346,9 @@ def main(argv=None):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = args.out or common.default_out_dir("topr", args.task)
     limits = LIMITS[args.loss]
+    base_c, base_split = default_baseline(args.reward)
+    args.c = base_c if args.c is None else args.c
+    args.split = base_split if args.split is None else args.split
 
     try:  # every bad input surfaces here, before any training: one line, exit status 2
         task = get_task(args.task)
@@ -348,6 +381,10 @@ def main(argv=None):
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         style = common.prompt_style(model, tokenizer)
         given = read_rows(args.data, task, tokenizer, style) if args.data else None
+        if given is not None and any("lp_mu" not in r for r in given):
+            # mu of a file from elsewhere: the starting model at T = 1, never a resumed checkpoint
+            mu_model = common.load_model(ref_path, device=device)[0] if ckpt else model
+            fill_lp_mu(given, mu_model, tokenizer.pad_token_id, args.micro_batch)
         run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
@@ -401,27 +438,22 @@ def main(argv=None):
             write_rows(path, rows)
             tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
                        f"{time.perf_counter() - t0:.1f}s -> {path}")
-        if any("lp_mu" not in r for r in rows):  # a file from elsewhere: take mu = the model at T=1
-            tqdm.write("note: samples without lp_mu: LP_mu recomputed with the current model at temperature 1")
-            model.eval()
-            with torch.no_grad():
-                for s in range(0, len(rows), args.micro_batch):
-                    part = rows[s:s + args.micro_batch]
-                    lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in part],
-                                                          [r["completion_ids"] for r in part], tokenizer.pad_token_id)
-                    for r, v in zip(part, (lp * mask).sum(-1).tolist()):
-                        r.setdefault("lp_mu", v)
         data = select(rows, args.sampling, args.keep, np.random.default_rng([args.seed, it, 1]))
 
         # 2. train --epochs passes over it
         while epoch < args.epochs and not out_of_time:
             variant = variant_at(args.reward, it * args.epochs + epoch, total_epochs)
             rewards_all = [reward_of(task, r["problem"], r["completion"], variant) for r in data]
+            neg_share = negative_share(rewards_all, args.c, args.split)
             if batch_index == 0:
                 p = float(np.mean([r["grade"] == "correct" for r in data]))
                 tqdm.write(f"iteration {it} epoch {epoch}: {len(data)} samples ({args.sampling}), reward {variant}, "
                            f"correct p={p:.3f}, effective positive share p~={effective_positive_share(rewards_all, args.c):.3f}"
-                           + (f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""))
+                           + (f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else "")
+                           + f", negative share {neg_share:.3f}")
+                if neg_share == 0 and p < 1:
+                    tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): "
+                               "this is reward-weighted SFT, not TOPR")
             order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data))
             batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
             bar = tqdm(total=len(batches), initial=batch_index, desc=f"topr it {it} ep {epoch}", dynamic_ncols=True)
@@ -461,7 +493,7 @@ def main(argv=None):
                        "log_ratio_pos": lw[positive].mean().item() if positive.any() else None,
                        "log_ratio_neg": lw[~positive].mean().item() if (~positive).any() else None,
                        "alpha_neg": alpha[~positive].mean().item() if (~positive).any() else None,
-                       "negatives": int((~positive).sum()), "grad_norm": grad_norm, "samples": len(batch),
+                       "negatives": int((~positive).sum()), "negative_share": neg_share, "grad_norm": grad_norm, "samples": len(batch),
                        "time_step": time.perf_counter() - t0}
                 out_of_time = time.time() >= deadline
                 last = (batch_index == len(batches) and epoch == args.epochs - 1) or out_of_time

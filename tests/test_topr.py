@@ -127,6 +127,47 @@ def test_loss_normalisations_and_split_on_hand_computed_tensors():
             topr.topr_loss(logprobs, mask, lp_mu, r, norm=norm).item(), abs=1e-7)
 
 
+def test_split_is_by_r_minus_c_not_by_r():
+    """c = 0.5, R = [1, 0.1]: R - c = [0.5, -0.4] puts the second sample in T- (truncated, alpha = e^-1);
+    a split by R alone (R >= 0) would give it alpha = 1. With split 1 and R = [1, 1.4], R - c = [0.5, 0.9]:
+    both are in T-, though R >= 1 for both."""
+    logprobs = torch.tensor([[-1.0, -2.0], [-3.0, -1.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.float64)
+    lp_mu = torch.tensor([-2.0, -3.0], dtype=torch.float64)  # lw = [-1, -1]
+    e = math.exp(-1)
+    r = torch.tensor([1.0, 0.1], dtype=torch.float64)
+    by_r_minus_c = -(1.0 * 0.5 * -3 + e * -0.4 * -4) / 2
+    by_r = -(1.0 * 0.5 * -3 + 1.0 * -0.4 * -4) / 2
+    loss = topr.topr_loss(logprobs, mask, lp_mu, r, c=0.5, norm="seq").item()
+    assert loss == pytest.approx(by_r_minus_c) and loss != pytest.approx(by_r)
+    r = torch.tensor([1.0, 1.4], dtype=torch.float64)
+    loss = topr.topr_loss(logprobs, mask, lp_mu, r, c=0.5, norm="seq", split=1.0).item()
+    assert loss == pytest.approx(-(e * 0.5 * -3 + e * 0.9 * -4) / 2)
+    assert loss != pytest.approx(-(0.5 * -3 + 0.9 * -4) / 2)
+
+
+def test_task_rewards_default_to_the_reports_eq4():
+    """[CR] Eq. 4: grad = E_{R=1}[R grad log pi] + E_{R<1}[[pi/mu]_0^1 R grad log pi], no baseline. The
+    default (c, split) for the task's rewards gives exactly that loss, and leaves negatives, where the pm1
+    default c = -0.8 (split 0) would put every sample of reward A in T+ (reward-weighted SFT)."""
+    assert topr.default_baseline("pm1") == (-0.8, 0.0)
+    for variant in ("original", "A", "B", "A+B"):
+        assert topr.default_baseline(variant) == (0.0, 1.0)
+    c, split = topr.default_baseline("A")
+    logits, ids, mask, lp_mu = _batch(seed=3)
+    rewards = torch.tensor([1.0, 0.1, 0.1, -0.006, 1.0, -0.0003], dtype=torch.float64)  # reward A levels
+    lp = _token_logprobs(logits, ids, mask)
+    seq = lp.sum(-1)
+    ratio = torch.exp(seq.detach() - lp_mu).clamp(0, 1)
+    eq4 = -(torch.where(rewards == 1, rewards, ratio * rewards) * seq / mask.sum(-1)).mean()
+    loss = topr.topr_loss(lp, mask, lp_mu, rewards, c=c, split=split)
+    (g1,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    (g2,) = torch.autograd.grad(eq4, logits)
+    assert loss.item() == pytest.approx(eq4.item(), abs=1e-12) and torch.allclose(g1, g2, atol=1e-12)
+    assert topr.negative_share(rewards.tolist(), -0.8, 0.0) == 0.0     # the old default: no negatives
+    assert topr.negative_share(rewards.tolist(), c, split) == pytest.approx(4 / 6)
+
+
 @pytest.mark.parametrize("limits", LIMIT_SETS)
 def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
     """Tabular: the autograd gradient of J = sum_y mu rho(pi/mu) R (Eq. 11) equals Eq. 7,
@@ -277,6 +318,36 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tiny_path, tmp
     assert _rows(os.path.join(straight, "data-1.jsonl")) == _rows(os.path.join(resumed, "data-1.jsonl"))
     assert [m["step"] for m in _rows(os.path.join(resumed, "metrics.jsonl"))] == \
         [m["step"] for m in _rows(os.path.join(straight, "metrics.jsonl"))]
+
+
+def test_task_reward_run_logs_its_negative_share_and_uses_eq4(tiny_path, tmp_path):
+    """--reward A without --c/--split: c = 0, split 1, and every sample that is not fully correct is in T-
+    (the old default c = -0.8 put none there)."""
+    args = [a for a in RUN if a not in ("--c", "0.05")]
+    args[args.index("original")] = "A"
+    out = topr.main(args + ["--model", tiny_path, "--iterations", "1", "--out", str(tmp_path / "a")])
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert (config["c"], config["split"]) == (0.0, 1.0)
+    data = _rows(os.path.join(out, "data-0.jsonl"))
+    share = sum(r["grade"] != "correct" for r in data) / len(data)
+    steps = [m for m in _rows(os.path.join(out, "metrics.jsonl")) if m["step"] > 0]
+    assert share > 0 and all(m["negative_share"] == pytest.approx(share) for m in steps)
+
+
+def test_resume_with_data_lacking_lp_mu_takes_mu_from_the_start_model(tiny_path, tmp_path, monkeypatch):
+    """A --data file without lp_mu: mu is the starting model, also when the run resumes in iteration 0
+    from a checkpoint (whose weights are not mu)."""
+    first = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--out", str(tmp_path / "gen")])
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("".join(json.dumps({k: r[k] for k in ("problem", "completion", "prompt_ids",
+                                                          "completion_ids")}) + "\n"
+                            for r in _rows(os.path.join(first, "data-0.jsonl"))))
+    args = RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2", "--save-every", "2",
+                  "--data", str(bare)]
+    straight = topr.main(args + ["--out", str(tmp_path / "a")])
+    run_until_killed(topr.main, args + ["--out", str(tmp_path / "b")], monkeypatch, step=5)
+    resumed = topr.main(["--resume", str(tmp_path / "b")])
+    assert _same(_weights(straight), _weights(resumed))
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
