@@ -3,7 +3,8 @@
 A task is a module in tasks/ that defines the names below (a problem is a plain dict whose fields
 the task chooses), registered in TASKS. The scripts touch problems only through these names, so a
 new task runs with every script (`--task NAME`) without changing them. tasks/countdown.py is the
-reference implementation; tasks/<second task> shows a graded (non-binary) reward.
+reference implementation; tasks/coins.py (pay an amount with the fewest coins) shows a graded
+(non-binary) reward.
 
     NAME: str
     REWARD_VARIANTS: tuple[str, ...]    # the first is the default reward
@@ -24,9 +25,9 @@ reference implementation; tasks/<second task> shows a graded (non-binary) reward
 
 Model output is untrusted input: parse it, never eval() it.
 """
-from . import countdown
+from . import coins, countdown
 
-TASKS = {"countdown": countdown}
+TASKS = {"countdown": countdown, "coins": coins}
 
 
 def get_task(name):
