@@ -1,5 +1,6 @@
 """common.py: the tiny model, log-probs, the HF engine, evaluation, checkpoints, bad input."""
 import json
+import math
 import os
 
 import pytest
@@ -47,22 +48,52 @@ def test_log_probs_ignore_padding_and_prompt_tokens_never_enter_the_mask(tiny):
     assert mask3.tolist() == mask.tolist()
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0)])
+def nucleus_logprobs(model, samples, temperature: float, top_p: float) -> list[list[float]]:
+    """Behaviour log-probs computed by hand: at every step, the distribution softmax(logits / T), its
+    nucleus (the most probable tokens, in order, until their mass reaches top_p), renormalised."""
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            logits = model(torch.tensor([s.prompt_ids + s.ids])).logits[0].float()
+            lps = []
+            for t, token in enumerate(s.ids):
+                probs = torch.softmax(logits[len(s.prompt_ids) + t - 1] / temperature, -1)
+                kept, mass = set(), 0.0
+                for p, i in sorted(zip(probs.tolist(), range(len(probs))), reverse=True):
+                    if mass >= top_p:
+                        break
+                    kept.add(i)
+                    mass += p
+                assert token in kept, "a token outside the nucleus was sampled"
+                lps.append(math.log(probs[token].item() / mass))
+            out.append(lps)
+    return out
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.7), (0.7, 0.8)])
 def test_hf_engine_log_probs_equal_teacher_forced_recomputation(tiny, temperature, top_p):
+    """lp_mu is the log-prob under the distribution sampled from: tempered, and renormalised over the
+    top-p nucleus (not the untruncated policy's, which differs by log(nucleus mass) at top-p < 1)."""
     model, tok = tiny
     engine = common.HFEngine(model, tok)
     prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["45 12 3=36:", "1 2=3:"]]
-    groups = engine.generate(prompts, common.SamplingConfig(n=4, max_new_tokens=24, temperature=temperature))
-    flat = [s for g in groups for s in g]
+    sc = common.SamplingConfig(n=4, max_new_tokens=24, temperature=temperature, top_p=top_p)
+    flat = [s for g in engine.generate(prompts, sc) for s in g]
     assert len(flat) == 8 and all(len(s.logprobs) == len(s.ids) for s in flat)
     with torch.no_grad():
         lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in flat], [s.ids for s in flat],
                                               tok.pad_token_id, temperature=temperature)
+    by_hand = nucleus_logprobs(model, flat, temperature, top_p)
     for i, s in enumerate(flat):
-        assert torch.allclose(lp[i, :len(s.ids)], torch.tensor(s.logprobs), atol=1e-4)
+        assert torch.allclose(torch.tensor(by_hand[i]), torch.tensor(s.logprobs), atol=1e-4)
+        if top_p == 1.0:
+            assert torch.allclose(lp[i, :len(s.ids)], torch.tensor(s.logprobs), atol=1e-4)
         assert s.finished == (tok.eos_token_id in s.ids)
         if s.finished:
             assert s.ids[-1] == tok.eos_token_id  # the EOS is the last token of the completion
+    untruncated_gap = max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item()
+                          for i, s in enumerate(flat))
+    assert untruncated_gap > 0.05 if top_p < 1 else untruncated_gap < 1e-4
 
 
 def test_same_seed_same_samples(tiny):

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import common
+from test_common import nucleus_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,20 @@ def test_vllm_log_probs_equal_teacher_forced_recomputation(engine_and_model):
     # tempered sampling: the reported log-probs are those of the tempered distribution actually sampled
     assert _max_gap(engine, model, tok, common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7),
                     temperature=0.7) < 1e-4
+
+
+def test_vllm_log_probs_under_top_p_are_the_renormalised_nucleus(engine_and_model):
+    """At top-p < 1, lp_mu is log of the nucleus-renormalised tempered distribution, computed by hand;
+    the untruncated policy's log-prob differs from it by log(nucleus mass)."""
+    engine, model, tok = engine_and_model
+    prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["45 12 3=36:", "1 2=3:"]]
+    for temperature, top_p in [(1.0, 0.7), (0.7, 0.8)]:
+        sc = common.SamplingConfig(n=4, max_new_tokens=24, temperature=temperature, top_p=top_p)
+        flat = [s for g in engine.generate(prompts, sc) for s in g]
+        by_hand = nucleus_logprobs(model, flat, temperature, top_p)
+        gap = max(abs(a - b) for s, h in zip(flat, by_hand) for a, b in zip(s.logprobs, h))
+        assert gap < 1e-4
+        assert _max_gap(engine, model, tok, sc, temperature) > 0.05  # untruncated: not lp_mu
 
 
 def test_weight_sync_makes_the_engine_follow_the_trainer(engine_and_model):
