@@ -286,10 +286,33 @@ def read_offline(path: str, task) -> list[dict]:
     return rows
 
 
+def fit_offline(rows: list[dict], pool_index: list[int], pool: list[dict], task, tokenizer,
+                max_new_tokens: int):
+    """Offline rows as the sampler would have produced them with --max-new-tokens M, scored on that text.
+
+    A row keeps its first M tokens; EOS is appended only if the row finished and EOS fits within M (it counts,
+    as in sampling); the reward is computed on the decoded kept tokens, so a solution cut short scores as the
+    failure the sampler would have made of it. A row that stopped unfinished before M tokens (made with a
+    smaller budget) is no trajectory of this run: dropped. Returns ([(pool index, ids, r)], cut, dropped).
+    """
+    kept, cut, dropped = [], 0, 0
+    for row, i in zip(rows, pool_index):
+        ids = tokenizer(row["completion"], add_special_tokens=False)["input_ids"]
+        if not row["finished"] and len(ids) < max_new_tokens:
+            dropped += 1
+            continue
+        fits = row["finished"] and len(ids) < max_new_tokens
+        cut += not fits and len(ids) + row["finished"] > max_new_tokens
+        ids = ids if fits else ids[:max_new_tokens]
+        r = spo_reward(task, pool[i], tokenizer.decode(ids, skip_special_tokens=True))
+        kept.append((i, ids + [tokenizer.eos_token_id] if fits else ids, r))
+    return kept, cut, dropped
+
+
 # ---------------------------------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------------------------------
-def draw_batch(engine, task, pool, prompts_of, offline, offline_ids, step, args, t_lo, t_hi):
+def draw_batch(engine, task, pool, prompts_of, offline, step, args, t_lo, t_hi):
     """A batch of trajectories (prompt ids, completion ids, r, pool index, source) for this step.
 
     Seeded by (seed, step), so a resumed run draws the same batches. Online: one temperature ~ U(lo, hi) for
@@ -308,8 +331,8 @@ def draw_batch(engine, task, pool, prompts_of, offline, offline_ids, step, args,
                 batch.append((prompts_of[i], s.ids, spo_reward(task, pool[i], s.text), int(i), "online"))
     if offline:
         for j in rng.choice(len(offline), max(0, args.batch_size - len(batch)), replace=True):
-            i, ids = offline_ids[j]
-            batch.append((prompts_of[i], ids, spo_reward(task, pool[i], offline[j]["completion"]), i, "offline"))
+            i, ids, r = offline[j]
+            batch.append((prompts_of[i], ids, r, i, "offline"))
     return batch, temperature
 
 
@@ -365,9 +388,11 @@ def main(argv=None):
             index[key_of(row["problem"])] = len(pool)
             pool.append(row["problem"])
     prompts_of = common.encode_prompts(task, pool, tokenizer, style)
-    offline_ids = [(index[key_of(row["problem"])],
-                    tokenizer(row["completion"], add_special_tokens=False)["input_ids"][:args.max_new_tokens]
-                    + ([tokenizer.eos_token_id] if row["finished"] else [])) for row in offline]
+    offline, offline_cut, offline_dropped = fit_offline(offline, [index[key_of(row["problem"])] for row in offline],
+                                                        pool, task, tokenizer, args.max_new_tokens)
+    if not offline and args.online_fraction < 1.0:
+        parser.error(f"--offline-data {args.offline_data}: no row is a trajectory of --max-new-tokens "
+                     f"{args.max_new_tokens} (all {offline_dropped} stopped unfinished before it)")
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style)) for n, ps in eval_problems.items()}
 
     # the sampler: a copy of the policy whose weights are refreshed every --model-update-interval steps
@@ -410,7 +435,8 @@ def main(argv=None):
                                args.beta).float()
     print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from {ref_path}, engine {engine.name}, "
           f"{len(pool)} training puzzles (Q0_hat mean {q0_all.mean():.3f}, {len(missing)} estimated in {t_q0:.0f}s), "
-          f"{len(offline)} offline trajectories, objective {args.objective}/{args.loss}, beta={args.beta:.4f}, "
+          f"{len(offline)} offline trajectories ({offline_cut} cut to --max-new-tokens and rescored, "
+          f"{offline_dropped} dropped: unfinished before it), objective {args.objective}/{args.loss}, beta={args.beta:.4f}, "
           f"run folder {run.dir}")
 
     def evaluate():
@@ -423,7 +449,7 @@ def main(argv=None):
         return metrics
 
     if step == 0:
-        row = {**evaluate(), "time_q0": t_q0}
+        row = {**evaluate(), "time_q0": t_q0, "offline_cut": offline_cut, "offline_dropped": offline_dropped}
         run.log(0, row)
         tqdm.write("step 0: " + "  ".join(f"{k}={v:.3f}" for k, v in row.items() if "sampled/acc" in k or "pass@" in k))
     bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
@@ -433,8 +459,7 @@ def main(argv=None):
         if step % args.model_update_interval == 0:  # refresh the sampler (the engine's weights)
             sampler.load_state_dict(model.state_dict())
             engine.sync(sampler)
-        batch, temperature = draw_batch(engine, task, pool, prompts_of, offline, offline_ids, step, args,
-                                        t_lo, t_hi)
+        batch, temperature = draw_batch(engine, task, pool, prompts_of, offline, step, args, t_lo, t_hi)
         t_gen = time.perf_counter() - t0
 
         model.train()

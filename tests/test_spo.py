@@ -133,16 +133,54 @@ def _terminal(q_t, r, objective="terminal", loss="sq", q0=-0.4):
                         BETA, objective, loss)
 
 
+def _bernoulli_kl(p, q):
+    """KL(Bernoulli(p) || Bernoulli(q)) in float64, from its definition."""
+    return sum(a * math.log(a / b) for a, b in ((p, q), (1 - p, 1 - q)) if a > 0)
+
+
+def _sigmoid(u):
+    return 1 / (1 + math.exp(-u))
+
+
+def _closed_form(objective, loss, q_t, r, q0=-0.4):
+    """What the paper's definitions give for one one-token trajectory (T = 1, so Q_1 = Q_T): the squared error
+    (q - r)^2; the cross-entropy on Q/beta minus the target's entropy, i.e. the binary KL between Bernoulli
+    targets x = e^{r/beta} and predictions e^{q/beta} (for q/beta <= -eps, where the clip is inactive);
+    advantage regression: sigmoid-warped, the binary KL between sigmoid(r - Q0) and sigmoid(q - Q0) whatever
+    --loss says (the paper uses it only with warping and cross-entropy, §3.1.2)."""
+    if objective == "advantage":
+        return _bernoulli_kl(_sigmoid(r - q0), _sigmoid(q_t - q0))
+    if loss == "sq":
+        return (q_t - r) ** 2
+    return _bernoulli_kl(math.exp(r / BETA), math.exp(q_t / BETA))
+
+
 @pytest.mark.parametrize("objective,loss", [("terminal", "sq"), ("terminal", "ce"), ("advantage", "sq"),
-                                            ("nonterminal", "sq"), ("nonterminal", "ce")])
+                                            ("advantage", "ce"), ("nonterminal", "sq"), ("nonterminal", "ce")])
 @pytest.mark.parametrize("r", [0.0, -1.0])
 def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objective, loss, r):
+    """...and equals its closed form from the paper's definitions at every point (_closed_form)."""
     assert _terminal(r, r, objective, loss).abs().item() < 1e-6
     others = [x for x in torch.linspace(-1.6, -0.02, 40).tolist() if abs(x - r) > 1e-3]
     if objective == "advantage" or loss == "sq":
         others += [0.3, 2.0]  # above 0 as well; ce treats every Q_T >= 0 as a success by design (relu)
     for q_t in others:
         assert _terminal(q_t, r, objective, loss).item() > 0, q_t
+        assert _terminal(q_t, r, objective, loss).item() == pytest.approx(
+            _closed_form(objective, loss, q_t, r), rel=1e-4, abs=1e-7), q_t
+
+
+def test_advantage_regression_is_sigmoid_warped_whatever_the_loss_flag():
+    """The gradient of the advantage objective on Q_T is (sigmoid(Q_T - Q0) - sigmoid(r - Q0)) / N for --loss sq
+    and ce alike; an unwarped squared advantage regression would give 2 (Q_T - r) / N (the terminal one)."""
+    q_t = torch.tensor([-0.9, -0.5, -0.1, 0.4], requires_grad=True)
+    r, q0 = torch.tensor([0.0, -1.0, -1.0, 0.0]), torch.full((4,), -0.4)
+    expected = (torch.sigmoid(q_t - q0) - torch.sigmoid(r - q0)).detach() / 4
+    for loss in ("sq", "ce"):
+        q_t.grad = None
+        spo.spo_loss(q_t[:, None], q_t, torch.ones(4, 1), q0, r, BETA, "advantage", loss).backward()
+        assert torch.allclose(q_t.grad, expected, atol=1e-7), loss
+        assert not torch.allclose(q_t.grad, 2 * (q_t - r).detach() / 4, atol=1e-2)
 
 
 def test_ce_gradients_and_clipping():
@@ -200,24 +238,35 @@ def test_reverse_q_residuals_equal_the_terminal_one():
     assert torch.allclose(lp.grad, 2 * BETA * (q_t - r).detach()[:, None] * mask / 2, atol=1e-6)
 
 
-def _tabular_kl(objective, loss, lr, steps, q0_offset=0.0):
-    """8 arms (one-token sequences), r in {0, -1}, exact Q0, data uniform over arms, full-batch gradient
-    descent on spo_loss. Returns KL(pi || pi*), pi* = pi_0 exp(r/beta) / Z."""
+R8 = torch.tensor([0.0, -1, -1, 0, -1, -1, -1, -1], dtype=torch.float64)
+
+
+def _tabular(objective, loss, lr, steps, q0_offset=0.0, r=R8):
+    """len(r) arms (one-token sequences), r in {0, -1}, exact Q0, data uniform over arms, full-batch gradient
+    descent on spo_loss. Returns the log-policies [steps + 1, len(r)], pi_0's and pi*'s (pi_0 exp(r/beta)/Z)."""
     g = torch.Generator().manual_seed(0)
-    theta0 = torch.randn(8, generator=g, dtype=torch.float64)
-    r = torch.tensor([0.0, -1, -1, 0, -1, -1, -1, -1], dtype=torch.float64)
+    n = len(r)
+    theta0 = torch.randn(n, generator=g, dtype=torch.float64)
     ref = torch.log_softmax(theta0, 0)
     q0 = BETA * torch.logsumexp(ref + r / BETA, 0) + q0_offset  # exact soft value
-    target = torch.log_softmax(ref + r / BETA, 0)
     theta = theta0.clone().requires_grad_(True)
     opt = torch.optim.SGD([theta], lr=lr)
+    history = []
     for _ in range(steps):
-        lp = torch.log_softmax(theta, 0)[:, None]  # [8, 1]
-        q, q_t = spo.cumulative_q(lp, ref[:, None], torch.ones(8, 1), q0.expand(8), BETA)
+        lp = torch.log_softmax(theta, 0)[:, None]  # [n, 1]
+        history.append(lp.detach()[:, 0])
+        q, q_t = spo.cumulative_q(lp, ref[:, None], torch.ones(n, 1), q0.expand(n), BETA)
         opt.zero_grad()
-        spo.spo_loss(q, q_t, torch.ones(8, 1), q0.expand(8), r, BETA, objective, loss).backward()
+        spo.spo_loss(q, q_t, torch.ones(n, 1), q0.expand(n), r, BETA, objective, loss).backward()
         opt.step()
-    lp = torch.log_softmax(theta.detach(), 0)
+    history.append(torch.log_softmax(theta.detach(), 0))
+    return torch.stack(history), ref, torch.log_softmax(ref + r / BETA, 0)
+
+
+def _tabular_kl(objective, loss, lr, steps, q0_offset=0.0):
+    """KL(pi || pi*) after `steps` on the 8 arms R8."""
+    history, _, target = _tabular(objective, loss, lr, steps, q0_offset)
+    lp = history[-1]
     return (lp.exp() * (lp - target)).sum().item()
 
 
@@ -228,6 +277,31 @@ def test_tabular_convergence_to_the_optimal_policy():
     assert _tabular_kl("advantage", "sq", lr=100.0, steps=3000) < 1e-6
     assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000, q0_offset=0.05) > 1e-2
     assert _tabular_kl("terminal", "ce", lr=0.5, steps=3000) < _tabular_kl("terminal", "ce", lr=0.5, steps=0) / 10
+
+
+def test_tabular_ce_failure_mass_falls_harmonically_at_the_derived_rate():
+    """Terminal cross-entropy, one success arm among N = 8, exact Q0, SGD at lr on the logits (derivation in
+    docs/DERIVATIONS.md). While the success arm is below its target its gradient on log pi is the constant
+    -1/N (the relu term), each failure's is about e^{Q_T/beta}/N, and the failure mass m obeys
+        1/m(n) = 1/m(n0) + (n - n0) lr k / N,   k = 1 + (|F| + 1) Z / pi_0(F) + sum_F (pi_0(b) / pi_0(F))^2,
+    Z = e^{Q0/beta}: at the paper's beta CE approaches pi* only harmonically (the curvature at the failures'
+    target is e^{-1/beta} = 1e-5), hence the slow fall the test above allows. A Q0 off by +-0.05 (Z off by
+    e^{+-0.05/beta} = 1.8x) changes the slope by over 30%."""
+    r = torch.tensor([0.0, -1, -1, -1, -1, -1, -1, -1], dtype=torch.float64)
+    fail, lr, n = r < 0, 0.5, len(r)
+
+    def slope(q0_offset):
+        history, ref, _ = _tabular("terminal", "ce", lr, 3000, q0_offset, r=r)
+        m = history[:, fail].exp().sum(-1)
+        return ((1 / m[3000] - 1 / m[1000]) / 2000).item(), ref
+
+    measured, ref = slope(0.0)
+    p0 = ref.exp()
+    z = math.exp((BETA * torch.logsumexp(ref + r / BETA, 0)).item() / BETA)
+    k = 1 + (fail.sum().item() + 1) * z / p0[fail].sum().item() + ((p0[fail] / p0[fail].sum()) ** 2).sum().item()
+    assert measured == pytest.approx(lr * k / n, rel=0.02)
+    for offset in (0.05, -0.05):  # the wrong Q0 misses the derived rate by far more than the tolerance
+        assert abs(slope(offset)[0] / (lr * k / n) - 1) > 0.3
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -289,6 +363,24 @@ def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), name
     assert [r["loss"] for r in _rows(whole)[1:]] == [r["loss"] for r in _rows(resumed)[1:]]
+
+
+def test_offline_rows_are_trained_as_the_sampler_would_have_made_them(tiny_path, tmp_path):
+    """Issue 13.4: an offline row longer than --max-new-tokens is cut to it and scored on the cut text (a correct
+    solution cut short is a failure, as a sample of that length would be); a row that stopped unfinished
+    before the budget is dropped; both are counted in the step-0 metrics. The same rows with room to fit
+    keep their reward."""
+    solutions = [{**p, "completion": f"<answer>{p['nums'][0]}+{p['nums'][1]}</answer>"} for p in FOUR]
+    offline = write_jsonl(tmp_path / "off.jsonl", solutions + [{**FOUR[0], "completion": "<an",
+                                                                 "finished": False}])
+    base = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "1",
+                  "--batch-size", "8", "--q0-samples", "2", "--offline-data", offline, "--online-fraction", "0"]
+    cut = _rows(spo.main(base + ["--max-new-tokens", "12", "--out", str(tmp_path / "cut")]))
+    assert cut[0]["offline_cut"] == 4 and cut[0]["offline_dropped"] == 1
+    assert cut[1]["accuracy"] == 0.0 and cut[1]["length"] == 12.0  # "<answer>3+5<" is no answer; no EOS
+    fit = _rows(spo.main(base + ["--max-new-tokens", "32", "--out", str(tmp_path / "fit")]))
+    assert fit[0]["offline_cut"] == 0 and fit[0]["offline_dropped"] == 1
+    assert fit[1]["accuracy"] == 1.0 and fit[1]["length"] == 21.0  # 20 characters and EOS
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
