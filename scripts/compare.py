@@ -98,8 +98,7 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
     """Run one training script to completion; wall clock and peak resident memory of its process."""
     usage_file = os.path.join(out_dir, "usage.json")
     if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(usage_file):
-        with open(usage_file) as f:
-            return json.load(f)  # finished in an earlier invocation
+        return read_json(usage_file)  # finished in an earlier invocation
     shutil.rmtree(out_dir, ignore_errors=True)  # an unfinished run starts again
     print(f"[compare] start {name}: {shlex.join(cmd)}", flush=True)
     t0 = time.time()
@@ -108,6 +107,10 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
         _, status, rusage = os.wait4(proc.pid, 0)  # rusage of this child alone
     usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024, "cmd": cmd}
     code = os.waitstatus_to_exitcode(status)
+    if code in (130, -2):  # Ctrl-C reached the run too: it saved a checkpoint and stopped
+        print("compare.py: interrupted; run the same command again to continue (finished runs and "
+              "evaluations are kept)", file=sys.stderr)
+        raise SystemExit(130)
     if code != 0:
         raise SystemExit(f"compare.py: {name} failed (exit {code}), see {log_dir}/{name}.log")
     common.write_json_atomic(usage_file, usage)
@@ -136,8 +139,17 @@ def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
 def cached_eval(path: str, model_path: str, task, eval_sets: dict, args, seed: int) -> dict:
     if not os.path.exists(path):
         common.write_json_atomic(path, evaluate_model(model_path, task, eval_sets, args, seed))
-    with open(path) as f:
-        return json.load(f)
+    return read_json(path)
+
+
+def read_json(path: str) -> dict:
+    """A JSON file of the output folder, or one line naming it (exit status 2)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"compare.py: error: {path} is unreadable ({e}); delete it to redo that "
+                         "step, or choose another --out") from None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -340,16 +352,37 @@ def check_args(args, parser):
             raise ValueError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
         seeds = int_list(args.seeds, "--seeds")
         sizes = int_list(args.sizes, "--sizes") if args.sizes else list(task.SIZES)
-        if args.sft and common.checkpoint_path(args.sft) is None and not os.path.isdir(args.sft):
+        if args.sft is not None and not os.path.isdir(args.sft):
             raise ValueError(f"--sft {args.sft}: no such checkpoint")
-        if os.path.exists(os.path.join(args.out, "results.json")):
-            with open(os.path.join(args.out, "results.json")) as f:
-                json.load(f)  # a corrupt or foreign output folder is named, not overwritten
-    except json.JSONDecodeError:
-        parser.error(f"--out {args.out}: results.json there is not a comparison's output")
+        check_out_folder(args)
     except ValueError as e:
         parser.error(str(e))
     return task, rows, seeds, sizes
+
+
+SETTINGS = ("task", "model", "sft", "time_limit", "threads", "engine", "eval_size", "eval_k",
+            "sizes")
+
+
+def check_out_folder(args) -> None:
+    """Finished runs in --out are reused only if they were made with the same settings."""
+    path = os.path.join(args.out, "settings.json")
+    mine = {k: getattr(args, k) for k in SETTINGS}
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                theirs = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            raise ValueError(f"--out {args.out}: settings.json there is unreadable") from None
+        other = [f"{k} {theirs.get(k)!r} (now {mine[k]!r})" for k in SETTINGS
+                 if theirs.get(k) != mine[k]]
+        if other:
+            raise ValueError(f"--out {args.out} holds runs made with other settings: "
+                             f"{', '.join(other)}; choose another --out")
+    elif os.path.isdir(args.out) and os.listdir(args.out):
+        raise ValueError(f"--out {args.out} exists and is not a comparison's folder")
+    os.makedirs(args.out, exist_ok=True)
+    common.write_json_atomic(path, mine)
 
 
 def main(argv=None):

@@ -90,3 +90,44 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, capsys):
         compare.main(args + ["--out", str(tmp_path / "c")])
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_out_folder_made_with_other_settings_is_not_reused(tmp_path, capsys):
+    out = str(tmp_path / "c")
+    args = compare.parse_args(["--out", out, "--time-limit", "3"])[1]
+    compare.check_out_folder(args)  # a new folder: settings written
+    args = compare.parse_args(["--out", out, "--time-limit", "2"])[1]
+    with pytest.raises(ValueError, match="time_limit 3.0 \\(now 2.0\\)"):
+        compare.check_out_folder(args)
+    (tmp_path / "c" / "settings.json").write_text('{"task": "countd')  # truncated by a kill
+    with pytest.raises(ValueError, match="settings.json there is unreadable"):
+        compare.check_out_folder(args)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a comparison's folder"):
+        compare.check_out_folder(compare.parse_args(["--out", str(tmp_path / "d")])[1])
+
+
+def test_a_corrupt_evaluation_file_is_named_in_one_line(tmp_path):
+    bad = tmp_path / "eval.json"
+    bad.write_text('{"eval3/greedy/accuracy": 0.')
+    with pytest.raises(SystemExit, match="eval.json is unreadable"):
+        compare.cached_eval(str(bad), "unused", None, {}, None, 0)
+
+
+FUZZ = {"--time-limit": ["x", "-1", "0", "nan", "inf", ""], "--jobs": ["x", "-1", "0", "1.5", ""],
+        "--threads": ["x", "0", ""], "--eval-size": ["0", "nan", ""], "--eval-k": ["-2", ""],
+        "--seeds": ["x", "", "1,,2"], "--sizes": ["x", "3,y"], "--rows": ["ppo", "rloo,x"],
+        "--engine": ["fast", ""], "--task": ["nope", ""], "--sft": ["/nonexistent", ""]}
+
+
+@pytest.mark.parametrize("flag,value", [(f, v) for f, vs in FUZZ.items() for v in vs])
+def test_cli_fuzz_every_bad_value_is_one_line_and_status_2(flag, value, tmp_path, capsys, monkeypatch):
+    def no_run(*a):
+        raise AssertionError(f"{flag} {value!r} was accepted and a run started")
+    monkeypatch.setattr(compare, "run_script", no_run)
+    with pytest.raises(SystemExit) as e:
+        compare.main([flag, value, "--out", str(tmp_path / "c")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and not any("Traceback" in line for line in err)
+    assert ": error: " in err[-1] and flag.lstrip("-").split("-")[0] in err[-1].replace("_", "-")
