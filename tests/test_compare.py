@@ -122,7 +122,8 @@ FUZZ = {"--time-limit": ["x", "-1", "0", "nan", "inf", ""], "--jobs": ["x", "-1"
 
 
 @pytest.mark.parametrize("flag,value", [(f, v) for f, vs in FUZZ.items() for v in vs])
-def test_cli_fuzz_every_bad_value_is_one_line_and_status_2(flag, value, tmp_path, capsys, monkeypatch):
+def test_cli_fuzz_every_bad_value_is_one_line_and_status_2(flag, value, tmp_path, capsys,
+                                                            monkeypatch):
     def no_run(*a):
         raise AssertionError(f"{flag} {value!r} was accepted and a run started")
     monkeypatch.setattr(compare, "run_script", no_run)
