@@ -1,8 +1,15 @@
-"""agro.py: the estimators on hand-computed tensors, the paper's Fig. 1 and the on-policy characterisation on
-tabular bandits (ALGORITHMS.md §6), learning, resume, offline data, the vLLM sync, bad input."""
+"""agro.py: the estimators on hand-computed tensors, the paper's Fig. 1 and the on-policy
+characterisation on tabular bandits, the per-token vs sequence KL on a depth-2 tree, one step on a
+hand-checked case, learning, kill-and-resume, offline data, the vLLM sync, bad input."""
 import itertools
 import json
+import math
 import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -64,7 +71,7 @@ def test_losses_on_hand_computed_tensors():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Tabular bandits: each arm is a one-token "sequence" with its own logit (ALGORITHMS.md §6)
+# Tabular bandits: each arm is a one-token "sequence" with its own logit
 # ---------------------------------------------------------------------------------------------------
 def kl_div(logits, target_logp):
     lp = torch.log_softmax(logits, -1)
@@ -102,7 +109,7 @@ def expected_grad(theta, ref_logp, r, beta, mu, n, kind, lam=1.0, base="none"):
 
 
 def test_offpolicy_weights_are_the_gradient_of_the_sample_variance():
-    """ALGORITHMS.md §4.3: mean_i (r_pi,i - b_i) grad log pi(y_i) = -(1/beta) grad 1/2 s^2(r_pi), to 1e-9."""
+    """mean_i (r_pi,i - b_i) grad log pi(y_i) = -(1/beta) grad 1/2 s^2(r_pi), to 1e-9."""
     ref, ref_logp, r, _ = bandit(0)
     beta = 0.3
     theta = ref + torch.randn(6, generator=torch.Generator().manual_seed(1), dtype=f64)
@@ -208,7 +215,7 @@ def test_onpolicy_baselines_centre_the_weights():
 
 
 def test_onpolicy_characterisation_rare_correct_answer():
-    """ALGORITHMS.md §6 and §4.6 (derived): 10 arms, one correct (reward 1, pi_ref mass 0.05), the exact
+    """docs/DERIVATIONS.md (on-policy threshold): 10 arms, one correct (reward 1, pi_ref mass 0.05), the exact
     expected on-policy update (n = 2, lr 1, 1000 steps). lambda_LR = 1: beta = 1 converges to pi*; beta 0.3
     and 0.1 drive the correct arm from 0.05 to < 1e-3 (seen 1.2e-4, 9e-5), a spurious zero-variance policy.
     lambda_LR = 0 (the pathwise term alone, RLOO with the KL in the reward) converges at every beta.
@@ -332,6 +339,67 @@ def test_depth2_klpg_per_token_form_is_biased_on_policy_sequence_form_is_not():
 
 
 # ---------------------------------------------------------------------------------------------------
+# One optimizer step (agro_step) on a hand-checked case
+# ---------------------------------------------------------------------------------------------------
+class Unigram(torch.nn.Module):
+    """A 'language model' whose next-token logits are one learned vector, whatever the context."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.tensor(logits))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0):
+        B, L = input_ids.shape
+        return SimpleNamespace(logits=self.logits.expand(B, logits_to_keep or L, -1))
+
+
+def _one_step(loss, online, rewards=(1.0, 0.0)):
+    """pi = (1/2, 1/2), pi_ref = (1/4, 3/4) over two tokens; one group: y_1 = token 0 (reward 1),
+    y_2 = token 1 (reward 0); beta 1, SGD with lr 1. Returns (new logits of pi, metrics)."""
+    _, args = agro.parse_args(["--loss", loss, "--beta", "1", "--n", "2", "--lr", "1", "--warmup", "1",
+                               "--clip", "100", "--lr-baseline", "none"])
+    model, ref = Unigram([0.0, 0.0]), Unigram([math.log(1 / 4), math.log(3 / 4)])
+    lp = [[math.log(0.5)], [math.log(0.5)]] if online else None
+    group = agro.Group({}, [0], [[0], [1]], list(rewards), ["correct", "wrong"], lp, online)
+    row = agro.agro_step(model, ref, torch.optim.SGD(model.parameters(), lr=1.0), [group], args, 0, 0)
+    return model.logits.detach(), row
+
+
+@pytest.mark.parametrize("loss,online", [("agro", False), ("agro", True), ("klpg", True), ("klpg", False)])
+def test_agro_step_on_a_hand_checked_case(loss, online):
+    """h = (log 2, log 2/3), r_pi = r - h = (1 - log 2, log 3/2), weights +-(1 - log 3): the correct
+    token's logit moves by (1 - log 3)/2 = -0.0493 (DOWN: pi already exceeds pi* = pi_ref e^r / Z there).
+    With r + beta h it would move by (1 + log 3)/2 = +1.05. The on-policy LR term has equal weights in a
+    pair and cancels; KL-PG on on-policy groups is the same computation. KL-PG on offline groups:
+    advantages +-1 and the per-token KL differentiated: 1/2 - 1/2 log 2 + 1/4 log 4/3 = +0.225."""
+    logits, row = _one_step(loss, online)
+    expected = (0.5 - 0.5 * math.log(2) + 0.25 * math.log(4 / 3) if (loss, online) == ("klpg", False)
+                else (1 - math.log(3)) / 2)
+    assert logits.tolist() == pytest.approx([expected, -expected], abs=1e-6)
+    kl = 0.5 * math.log(4 / 3)  # mean h over the two samples = KL(pi || pi_ref) here
+    assert row["reward"] == 0.5 and row["accuracy"] == 0.5 and row["samples"] == 2
+    if online:
+        assert row["kl"] == pytest.approx(kl, abs=1e-6) and row["logprob_gap"] < 1e-6
+    else:
+        assert row["h_offline"] == pytest.approx(kl, abs=1e-6) and "logprob_gap" not in row
+
+
+def test_nonfinite_loss_stops_before_the_weights_change(capsys):
+    """A nan reward makes the loss nan: exit status 1, one line naming the step, logits untouched."""
+    with pytest.raises(SystemExit) as e:
+        _one_step("agro", False, rewards=(float("nan"), 0.0))
+    assert e.value.code == 1
+    assert "step 1: non-finite loss=nan" in capsys.readouterr().err.strip().splitlines()[-1]
+    _, args = agro.parse_args(["--beta", "1", "--n", "2"])
+    model = Unigram([0.0, 0.0])
+    group = agro.Group({}, [0], [[0], [1]], [float("nan"), 0.0], ["correct", "wrong"], None, False)
+    with pytest.raises(SystemExit):
+        agro.agro_step(model, Unigram([0.0, 1.0]), torch.optim.SGD(model.parameters(), lr=1.0), [group],
+                       args, 0, 0)
+    assert model.logits.tolist() == [0.0, 0.0]
+
+
+# ---------------------------------------------------------------------------------------------------
 # The script on the tiny model
 # ---------------------------------------------------------------------------------------------------
 def _mean_reward(path, problems, samples=64):
@@ -347,7 +415,7 @@ def _rows(out):
 
 
 RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
-       "--num-numbers", "3", "--threads", "1", "--seed", "0", "--engine", "hf"]
+       "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--engine", "hf"]
 
 
 def _offline_file(tmp_path, problems):
@@ -415,7 +483,7 @@ def test_onpolicy_vllm_engine_stays_in_sync(weak_sft, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--n", "1"], "--n must be at least 2"),
-    (["--online-fraction", "1.5"], "--online-fraction must lie in [0, 1]"),
+    (["--online-fraction", "1.5"], "argument --online-fraction: invalid number in [0, 1]"),
     (["--mode", "onpolicy", "--n", "2"], "--lr-baseline var needs --n >= 3"),
     (["--mode", "onpolicy", "--beta", "0"], "give --beta > 0"),
     (["--offline-data", "missing.jsonl"], "no such file"),
@@ -429,6 +497,6 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_pat
     (tmp_path / "bad.jsonl").write_text(json.dumps({"nums": [1, 2], "target": 3, "completions": ["a"]}) + "\n")
     model = [] if "--model" in args else ["--model", tiny_path]
     with pytest.raises(SystemExit) as e:
-        agro.main(model + ["--num-numbers", "3", "--train-size", "10", "--eval-size", "2"] + args)
+        agro.main(model + ["--sizes", "3", "--train-size", "10", "--eval-size", "2"] + args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
