@@ -1,5 +1,8 @@
-"""spo.py: the cumulative Q-parameterization (Theorem 2.2 on the real tiny model), Q0_hat, the losses, a tabular
-convergence check, learning, offline data, the Q0 cache, exact resume and bad input (ALGORITHMS.md §5, §6)."""
+"""spo.py: the cumulative Q-parameterization (Theorem 2.2 on the real tiny model), Q0_hat, the losses, a
+tabular convergence check, learning, offline data, the Q0 cache, exact resume, faults and bad input.
+
+[SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL for
+Sequence Models", 2025, arXiv:2503.05453."""
 import copy
 import json
 import math
@@ -102,7 +105,7 @@ def test_path_consistency_padding_and_fp32():
 
 
 def test_q0_values_table():
-    """ALGORITHMS.md §6 at beta = 1/ln 1e5."""
+    """Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}) ([SPO] §3.1.3) at beta = 1/ln 1e5, by hand."""
     s = torch.tensor([0, 1, 200, 400, 800])
     q0 = spo.q0_from_successes(s, torch.full_like(s, 800), BETA)
     assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0], dtype=torch.float64), atol=1e-5)
@@ -307,8 +310,8 @@ def test_tabular_ce_failure_mass_falls_harmonically_at_the_derived_rate():
 # ---------------------------------------------------------------------------------------------------
 # The script
 # ---------------------------------------------------------------------------------------------------
-RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1", "--num-numbers", "3",
-       "--threads", "1", "--seed", "0", "--engine", "hf"]
+RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1", "--sizes", "3",
+       "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--engine", "hf"]
 
 
 def _accuracy(path, problems, samples=64):
@@ -394,16 +397,16 @@ def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path)
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--online-fraction", "1.5"], "--online-fraction must lie in [0, 1]"),
+    (["--online-fraction", "1.5"], "--online-fraction: invalid number in [0, 1]"),
     (["--online-fraction", "0.5"], "needs --offline-data"),
-    (["--offline-data", "nope.jsonl"], "cannot read nope.jsonl"),
-    (["--offline-data", "BAD"], "line 1: expected a JSON object"),
+    (["--offline-data", "nope.jsonl"], "no such offline data file: nope.jsonl"),
+    (["--offline-data", "BAD"], "BAD:1: bad JSON"),
     (["--temperature", "0.8"], "--temperature"),
     (["--temperature", "0,0.5"], "0 < lo <= hi"),
     (["--beta", "0"], "positive number"),
     (["--q0-samples", "0"], "positive integer"),
     (["--loss", "l1"], "invalid choice"),
-    (["--q0-cache", "missing.jsonl"], "no such file"),
+    (["--q0-cache", "missing.jsonl"], "no such Q0 cache"),
     (["--model", "sft"], "no finished sft.py run"),
 ])
 def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, monkeypatch, capsys):
