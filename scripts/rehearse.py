@@ -4,8 +4,8 @@ Builds tests/hub_standin.py's stand-in (chat template, BPE tokenizer, two EOS id
 generation_config with its own sampling defaults, bf16 weights on disk), runs sft.py (task
 demonstrations, and --data rows), rloo.py, topr.py, agro.py and spo.py on it with tiny budgets
 under each engine, and prints the matrix script x engine: exit status, wall clock, final
-metrics, the largest logprob_gap logged, and whether the run's final model reloads. It checks that the path runs, syncs,
-evaluates and checkpoints, not that anything learns.
+metrics, the largest logprob_gap logged, and whether the run's final model reloads. It checks
+that the path runs, syncs, evaluates and checkpoints, not that anything learns.
 
     python scripts/rehearse.py                       # both engines, into runs/rehearse-*
     python scripts/rehearse.py --engines hf --scripts sft,rloo
