@@ -542,7 +542,10 @@ def load_inputs(args, parser, task, sizes, eval_sizes) -> Inputs:
 
 
 def load_state(ckpt) -> dict:
-    """A checkpoint's trainer state (optimizer, RNG, step), or UsageError naming the file."""
+    """A checkpoint's trainer state (optimizer, RNG, step), or UsageError naming what is missing."""
+    files = os.listdir(ckpt)
+    if "config.json" not in files or not any(f.endswith((".safetensors", ".bin")) for f in files):
+        raise common.UsageError(f"checkpoint {ckpt}: incomplete (no config.json or no weights)")
     try:
         state = common.load_trainer_state(ckpt)
         if not {"optimizer", "rng", "step"} <= set(state):

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -500,3 +501,158 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_pat
         agro.main(model + ["--sizes", "3", "--train-size", "10", "--eval-size", "2"] + args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Faults: corrupt files, a CLI fuzz, kill and resume
+# ---------------------------------------------------------------------------------------------------
+def _run_folder(tmp_path, tiny_path, with_state):
+    """A run folder as agro.py leaves it, with a damaged checkpoint."""
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    _, args = agro.parse_args(["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2"])
+    json.dump({**vars(args), "out": str(run)}, open(run / "config.json", "w"))
+    if with_state:  # trainer state present, model files missing
+        torch.save({"optimizer": {}, "rng": {}, "step": 1}, run / "checkpoint" / "trainer_state.pt")
+    else:  # model files present, trainer state cut short
+        for name in os.listdir(tiny_path):
+            (run / "checkpoint" / name).write_bytes((Path(tiny_path) / name).read_bytes())
+        (run / "checkpoint" / "trainer_state.pt").write_bytes(b"PK\x03\x04 cut")
+    return str(run)
+
+
+@pytest.mark.parametrize("case,message", [
+    ("truncated offline file", "bad JSON (truncated: a killed writer?)"),
+    ("offline 'finished' not booleans", "'finished' must be a list of 3 or more booleans"),
+    ("problems file with a wrong field", "problems.jsonl:1"),
+    ("resume folder without config.json", "no readable config.json"),
+    ("checkpoint with a cut trainer_state.pt", "unreadable trainer_state.pt"),
+    ("checkpoint without model files", "incomplete (no config.json or no weights)"),
+])
+def test_corrupt_files_give_one_line_and_status_2(case, message, tiny_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    good = json.dumps({"nums": [1, 2, 3], "target": 6, "completions": ["a", "b", "c"]})
+    base = ["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2", "--n", "3"]
+    if case == "truncated offline file":
+        (tmp_path / "off.jsonl").write_text(good + "\n" + good[:20])
+        argv = base + ["--offline-data", "off.jsonl"]
+    elif case == "offline 'finished' not booleans":
+        (tmp_path / "off.jsonl").write_text(good[:-1] + ', "finished": ["yes", 1, 0]}\n')
+        argv = base + ["--offline-data", "off.jsonl"]
+    elif case == "problems file with a wrong field":
+        (tmp_path / "problems.jsonl").write_text(json.dumps({"nums": "1 2 3", "target": 6}) + "\n")
+        argv = base + ["--problems", "problems.jsonl"]
+    elif case == "resume folder without config.json":
+        (tmp_path / "empty").mkdir()
+        argv = ["--resume", "empty"]
+    else:
+        argv = ["--resume", _run_folder(tmp_path, tiny_path, with_state="model files" in case)]
+    with pytest.raises(SystemExit) as e:
+        agro.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert message in err.strip().splitlines()[-1]
+
+
+class _Loaded(Exception):
+    """Raised in place of loading a model: every check before it passed."""
+
+
+_FUZZ_VALUES = ["abc", "-1", "0", "nan", "inf", "", "nowhere.jsonl"]
+_FUZZ_FLAGS = [a.option_strings[-1] for a in agro.parse_args([])[0]._actions if a.option_strings != ["-h", "--help"]]
+
+
+@pytest.mark.parametrize("flag", _FUZZ_FLAGS)
+def test_cli_fuzz_every_flag_bad_value_is_one_line_and_status_2(flag, tiny_path, tmp_path, monkeypatch, capsys):
+    """Every flag given a wrong type, a negative, zero, nan, inf, an empty string and a missing path:
+    exit 2 with one line and no traceback, or every check passes (the run would go on to load the
+    model; loading is replaced by an exception here, so this tests parsing and validation only)."""
+    monkeypatch.chdir(tmp_path)
+
+    def loaded(*a, **k):
+        raise _Loaded
+    monkeypatch.setattr(common, "load_model", loaded)
+    base = ["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2"]
+    for value in _FUZZ_VALUES:
+        try:
+            agro.main(base + [flag, value])
+            raise AssertionError(f"{flag} {value!r}: main() returned")
+        except _Loaded:
+            outcome = "accepted"
+        except SystemExit as e:
+            outcome = e.code
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, (flag, value, err)
+        if outcome != "accepted":
+            assert outcome == 2 and "error: " in err.strip().splitlines()[-1], (flag, value, err)
+        if value in ("nan", "inf") and flag in ("--beta", "--lambda-lr", "--lr", "--clip", "--time-limit",
+                                                "--online-fraction"):
+            assert outcome == 2, (flag, value)  # float flags refuse nan and inf
+
+
+_KILL_ARGS = RUN + ["--problems", None, "--prompts", "2", "--n", "3", "--online-fraction", "0.5", "--lr", "5e-4",
+                    "--offline-prompts", "64", "--steps", "4", "--save-every", "1", "--eval-every", "2"]
+
+
+def _kill_args(weak_sft, problems, out):
+    args = list(_KILL_ARGS)
+    args[args.index("--problems") + 1] = problems
+    return args + ["--model", weak_sft, "--out", str(out)]
+
+
+def _metrics(out):
+    drop = {"time", "time_generate", "time_step"}
+    return [{k: v for k, v in row.items() if k not in drop} for row in _rows(out)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(weak_sft, tmp_path_factory):
+    """The run every kill-and-resume test must reproduce: half on-policy, half reference samples."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    problems = _problem_file(tmp, SUMS)
+    out = agro.main(_kill_args(weak_sft, problems, tmp / "run"))
+    return problems, _metrics(out)
+
+
+def _wait_for(predicate, proc, timeout=600):
+    start = time.time()
+    while not predicate():
+        assert proc.poll() is None, "the run ended before the moment it was to be killed"
+        assert time.time() - start < timeout
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("when", ["during reference sampling", "between steps", "ctrl-c"])
+def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, weak_sft, tmp_path):
+    """A real subprocess killed (SIGKILL) while drawing the reference samples or after step 2, or sent
+    SIGINT after step 1 (it saves a checkpoint, prints how to resume, exit 130); --resume then ends with
+    exactly the uninterrupted run's metrics at every step, final held-out accuracy included."""
+    problems, expected = uninterrupted
+    out = tmp_path / "run"
+    log = open(tmp_path / "log.txt", "w")
+    proc = subprocess.Popen([sys.executable, "agro.py"] + _kill_args(weak_sft, problems, out),
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TORCH_THREADS": "1"})
+    metrics = out / "metrics.jsonl"
+    try:
+        if when == "during reference sampling":
+            _wait_for(lambda: "sampling 64 prompts" in (tmp_path / "log.txt").read_text(), proc)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert not (out / "reference_samples.jsonl").exists() and not metrics.exists()
+        elif when == "between steps":
+            _wait_for(lambda: metrics.exists() and '"step": 2' in metrics.read_text(), proc)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        else:
+            _wait_for(lambda: metrics.exists() and '"step": 1' in metrics.read_text(), proc)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=600) == 130
+            last = (tmp_path / "log.txt").read_text().strip().splitlines()[-1]
+            assert f"Resume with: python agro.py --resume {out}" in last
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(_rows(out)) < len(expected) if metrics.exists() else True  # it did stop early
+    resumed = agro.main(["--resume", str(out)])
+    assert _metrics(resumed) == expected
