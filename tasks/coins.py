@@ -26,17 +26,17 @@ Rewards (REWARD_VARIANTS; the first is the default), with c* the fewest coins an
 
 import functools
 import hashlib
+import itertools
 import json
 import os
-import random
 
 NAME = "coins"
 REWARD_VARIANTS = ("graded", "binary")
 SIZES = (3, 4)  # denominations a problem: the sizes trained on and evaluated by default
 FIELDS = ("coins", "amount")  # the fields of a JSON row that make a problem
-MIN_AMOUNT, MAX_AMOUNT = 10, 99
-MAX_COIN = 30  # largest denomination the generator draws
-MAX_PAID = 8  # the generator keeps problems paid with at most 8 coins (answers stay short)
+MIN_AMOUNT, MAX_AMOUNT = 10, 40  # small enough that the tiny model pays exactly ever more often
+MAX_COIN = 15  # largest denomination the generator uses
+MAX_PAID = 6  # the generator keeps problems paid with at most 6 coins (answers stay short)
 
 # ----------------------------------------------------------------------------------------------
 # Rewards
@@ -226,30 +226,30 @@ def _split_of(key):
     return "test" if int.from_bytes(digest[:8], "big") % 5 == 0 else "train"
 
 
+@functools.lru_cache(maxsize=8)
+def _all_problems(size):
+    """Every problem with `size` denominations that the generator gives, as (coins, amount)."""
+    return [((1,) + others, amount)
+            for others in itertools.combinations(range(2, MAX_COIN + 1), size - 1)
+            for amount in range(MIN_AMOUNT, MAX_AMOUNT + 1)
+            if fewest_coins((1,) + others, amount) <= MAX_PAID]
+
+
 def _generate(split, n, size, seed):
-    """n distinct problems of `split`, reproducible from the arguments."""
+    """The first n problems of `split` in an order fixed by `seed` (all of them if fewer)."""
     if not (isinstance(size, int) and not isinstance(size, bool) and 2 <= size <= 6):
         raise ValueError(f"size (denominations a problem) must be in 2..6, got {size!r}")
-    rng = random.Random(f"coins/{seed}/{split}/{size}")  # a str seed is stable across runs
-    problems, seen, misses = [], set(), 0
-    while len(problems) < n:
-        coins = [1] + sorted(rng.sample(range(2, MAX_COIN + 1), size - 1))
-        amount = rng.randint(MIN_AMOUNT, MAX_AMOUNT)
-        key = (tuple(coins), amount)
-        if key not in seen and _split_of(key) == split and fewest_coins(coins, amount) <= MAX_PAID:
-            seen.add(key)
-            problems.append({"coins": coins, "amount": amount})
-            misses = 0
-        elif (misses := misses + 1) > 200_000:
-            raise ValueError(f"found only {len(problems)} distinct {split} problems of size {size}")
-    return problems
+    keys = [key for key in _all_problems(size) if _split_of(key) == split]
+    keys.sort(key=lambda key: hashlib.sha256(f"coins/{seed}/{key}".encode()).digest())
+    return [{"coins": list(coins), "amount": amount} for coins, amount in keys[:n]]
 
 
 def get_problems(split, n, *, size=3, seed=0, source=None):
     """At most n problems of `split` ("train" or "test").
 
     size: how many denominations a problem has (2 to 6): 1 and size-1 others from 2..MAX_COIN,
-    an amount in MIN_AMOUNT..MAX_AMOUNT, kept if it takes at most MAX_PAID coins.
+    an amount in MIN_AMOUNT..MAX_AMOUNT that takes at most MAX_PAID coins. The space is small
+    (size 3: about 1,800 train problems), so it is listed whole and shuffled by `seed`.
     source None: the seeded generator. Train and test are disjoint (by a hash of the problem),
     the same arguments give the same list, and a longer list starts with the shorter one.
     source "*.jsonl": the file's first n problems (size is ignored).

@@ -174,7 +174,7 @@ def test_generator_is_reproducible_disjoint_and_solvable(size):
     # the solver is needed: largest-first is not always fewest on this distribution
     share = sum(len(cn.greedy(p["coins"], p["amount"])) > cn.fewest_coins(p["coins"], p["amount"])
                 for p in test) / len(test)
-    assert share > 0.15, share
+    assert share > 0.1, share
 
 
 def test_generator_bad_arguments():
@@ -222,3 +222,59 @@ def test_registered_with_the_whole_interface():
                  "demonstration", "parse_answer", "grade", "is_correct", "reward"):
         assert hasattr(task, name), name
     assert set(task.FIELDS) == set(task.problem_from_row(P))
+
+
+# ---------------------------------------------------------------------------------------------
+# Every script runs a few steps on the task from its default command (tiny model, small budgets)
+
+SMALL = ["--task", "coins", "--threads", "1", "--seed", "0", "--max-new-tokens", "12",
+         "--eval-size", "3", "--eval-k", "1", "--sizes", "3", "--eval-sizes", "3"]
+SCRIPTS = {  # script -> its flags for a run of a few steps
+    "rloo": ["--engine", "hf", "--steps", "2", "--prompts", "2", "--k", "2", "--train-size", "20",
+             "--eval-every", "1000"],
+    "topr": ["--engine", "hf", "--iterations", "1", "--epochs", "1", "--prompts", "4", "--n", "2",
+             "--batch-size", "4", "--train-size", "20", "--reward", "graded"],
+    "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2", "--n", "2",
+             "--train-size", "20", "--eval-every", "1000"],
+    "spo": ["--engine", "hf", "--steps", "2", "--train-prompts", "4", "--q0-samples", "2",
+            "--batch-size", "4", "--samples-per-prompt", "2", "--warmup", "1", "--eval-every", "1000"],
+}
+XFAIL = {}  # script -> why its main() does not take the task yet
+
+
+def _marks(script):
+    reason = XFAIL.get(script)
+    return [pytest.mark.xfail(reason=reason, raises=SystemExit, strict=False)] if reason else []
+
+
+def _metrics(run_dir):
+    return [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+@pytest.mark.xfail("sft" in XFAIL, reason=XFAIL.get("sft", ""), raises=SystemExit, strict=False)
+def test_sft_runs_on_coins(tmp_path):
+    import sft
+    out = sft.main(SMALL[:-2] + ["--steps", "4", "--eval-every", "2", "--train-size", "40",
+                                 "--batch-size", "8", "--warmup", "1", "--out", str(tmp_path / "run")])
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["loss"] < rows[0]["loss"]  # learning the solver's demonstrations
+    assert 0.0 <= rows[-1]["eval3/greedy/accuracy"] <= 1.0 and "eval4/greedy/accuracy" not in rows[-1]
+    assert os.path.exists(os.path.join(out, "final", "config.json"))
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=_marks(s)) for s in SCRIPTS])
+def test_rl_script_runs_on_coins(script, tiny_path, tmp_path):
+    main = __import__(script).main
+    out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run")])
+    rows = _metrics(out)
+    assert rows and all("eval3/sampled/accuracy" in r for r in rows if "eval3/greedy/accuracy" in r)
+    assert any("eval3/greedy/accuracy" in r for r in rows)
+    assert os.path.exists(os.path.join(out, "final", "config.json"))
+    if script == "topr":  # its data file: coins problems, graded rewards recomputable from the text
+        data = [json.loads(line) for line in open(os.path.join(out, "data-0.jsonl"))]
+        assert len(data) == 4 * 2
+        for row in data:
+            problem = cn.problem_from_row(row["problem"])
+            assert row["reward"] == cn.reward(problem, row["completion"], "graded")
+            assert row["grade"] == cn.grade(problem, row["completion"])
