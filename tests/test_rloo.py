@@ -1,12 +1,16 @@
 """rloo.py: the leave-one-out estimator, its unbiasedness on a bandit, learning, and the vLLM sync."""
 import json
+import math
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+import common
 import rloo
 from conftest import FOUR, SUMS, sampled, write_jsonl
+from tasks import countdown
 
 
 def test_advantages_on_hand_computed_rewards():
@@ -34,8 +38,9 @@ def test_loss_on_hand_computed_tensors():
 
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 def test_estimator_is_unbiased_on_a_bandit(beta):
-    """6 arms, softmax policy, known rewards, k=4: the mean RLOO estimate over 2e5 batches matches the exact
-    policy gradient pi * (R - pi.R) within 4 standard errors (ALGORITHMS.md §6), R = r - beta log(pi/pi_ref)."""
+    """6 arms, softmax policy, known rewards, k=4: the mean RLOO estimate over 2e5 batches matches the
+    exact gradient of E[r] - beta KL(pi || pi_ref), pi * (R - pi.R) with R = r - beta log(pi/pi_ref),
+    within 4 standard errors."""
     g = torch.Generator().manual_seed(0)
     theta = torch.randn(6, generator=g, dtype=torch.float64)
     ref = torch.randn(6, generator=g, dtype=torch.float64)
@@ -60,6 +65,104 @@ def test_estimator_is_unbiased_on_a_bandit(beta):
     assert torch.allclose(-th.grad, mean, atol=1e-12)
 
 
+class _WrongAnswers:
+    """A generation engine whose k completions of every prompt are wrong answers (all reward 0.1):
+    distinct completions, or k copies of one when `identical`."""
+    def __init__(self, identical=False):
+        self.identical, self.prompts_seen = identical, 0
+
+    def generate(self, prompts, sc):
+        self.prompts_seen += len(prompts)
+        return [[common.Sample(p, [10 + (0 if self.identical else j), 11],
+                               f"<answer>{0 if self.identical else j}+1</answer>", [0.0, 0.0], True)
+                 for j in range(sc.n)] for p in prompts]
+
+
+def _draw_args(beta):
+    return SimpleNamespace(seed=0, k=4, max_new_tokens=8, max_draws=4, prompts=4, beta=beta,
+                           resample_uniform=True, reward="original")
+
+
+def test_dynamic_sampling_keeps_groups_whose_kl_term_is_not_zero():
+    """Equal rewards but different completions: with beta > 0 the advantages -beta(h_i - mean h) are
+    not 0, so the group stays (one round); with beta = 0 it is set aside and more prompts are drawn."""
+    pool, prompts = [{"nums": [50, 60], "target": 7}] * 8, [[i] for i in range(8)]
+    batch = rloo.draw_batch(_WrongAnswers(), countdown, pool, prompts, 0, _draw_args(0.1))
+    assert batch.generated == 16 and batch.signal_share == 1.0 and len(batch.groups) == 4
+    batch = rloo.draw_batch(_WrongAnswers(), countdown, pool, prompts, 0, _draw_args(0.0))
+    assert batch.generated > 16 and batch.signal_share == 0.0 and len(batch.groups) == 4
+    # k identical completions have equal h too: A = 0 exactly, so even with beta > 0 they are set aside
+    batch = rloo.draw_batch(_WrongAnswers(identical=True), countdown, pool, prompts, 0, _draw_args(0.1))
+    assert batch.generated > 16 and batch.signal_share == 0.0
+
+
+def test_dynamic_sampling_with_beta_keeps_the_expected_gradient_direction():
+    """Two prompts, 4 arms each, k = 4, beta = 0.5; prompt 0 gives every arm the same reward, so only
+    its KL term teaches. The groups has_signal drops all have A = 0 exactly, and the mean estimate over
+    the kept groups, times the share kept, is the exact gradient of E[r] - beta KL (4 standard errors).
+    Dropping by raw rewards alone (the rule before) zeroes prompt 0's block, which is -beta grad KL."""
+    g = torch.Generator().manual_seed(1)
+    beta, k, M = 0.5, 4, 100_000
+    theta = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    ref = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    r = torch.stack([torch.ones(4, dtype=torch.float64), torch.rand(4, generator=g, dtype=torch.float64)])
+    pi, log_ratio = torch.softmax(theta, -1), torch.log_softmax(theta, -1) - torch.log_softmax(ref, -1)
+    R = r - beta * log_ratio  # [2, 4]
+    exact = 0.5 * pi * (R - (pi * R).sum(-1, keepdim=True))  # prompts drawn with probability 1/2
+
+    x = torch.randint(0, 2, (M,), generator=g)
+    arms = torch.where(x[:, None] == 0, torch.multinomial(pi[0], M * k, True, generator=g).view(M, k),
+                       torch.multinomial(pi[1], M * k, True, generator=g).view(M, k))
+    adv = rloo.rloo_advantages(R[x[:, None], arms])  # [M, k]
+    kept = torch.tensor([rloo.has_signal(r[s, a].tolist(), [[i] for i in a.tolist()], beta)
+                         for s, a in zip(x.tolist(), arms)])
+    assert (adv[~kept] == 0).all()  # every group set aside has zero advantages
+    onehot = torch.nn.functional.one_hot(arms, 4).double()
+    per_group = torch.zeros(M, 2, 4, dtype=torch.float64)  # (1/k) sum_i A_i grad log pi(a_i|x)
+    per_group[torch.arange(M), x] = (adv[..., None] * (onehot - pi[x][:, None])).mean(1)
+    estimate = per_group[kept].mean(0) * kept.double().mean()
+    se = per_group[kept].std(0) / kept.sum() ** 0.5 * kept.double().mean()
+    assert ((estimate - exact).abs() / se).max() < 4.0
+    assert exact[0].abs().max() > 20 * se[0].max()  # prompt 0's block is far from 0: the test can fail
+
+
+class _Bigram(torch.nn.Module):
+    """A model whose next-token logits are a table indexed by the current token: hand-checkable."""
+    def __init__(self, table):
+        super().__init__()
+        self.table = torch.nn.Parameter(table)
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, logits_to_keep=0):
+        return SimpleNamespace(logits=self.table[input_ids][:, -logits_to_keep:])
+
+
+def test_rloo_step_on_a_hand_checked_case():
+    """pi uniform over 4 tokens; pi_ref = (1/2, 1/4, 1/8, 1/8) after every token. y1 = [1], y2 = [0, 0];
+    with l = log 2: log pi = (-2l, -4l), log pi_ref = (-2l, -2l), so h = (0, -2l). r = (1, 0), beta = 1/2:
+    R = r - beta h = (1, l), A = (1 - l, l - 1), loss = -(A1 (-2l) + A2 (-4l))/2 = -l (1 - l).
+    The wrong sign (r + beta h) would give -l (1 + l). One SGD step (lr 1) moves the row of token 0,
+    which only y2's second token uses, by -grad = A2/2 * (onehot(0) - 1/4)."""
+    l = math.log(2)
+    model = _Bigram(torch.zeros(4, 4))
+    ref = _Bigram(torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4, 1)).requires_grad_(False)
+    samples = [common.Sample([2], [1], "", [-2 * l], True), common.Sample([2], [0, 0], "", [-2 * l] * 2, True)]
+    args = SimpleNamespace(k=2, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1.0, warmup=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    m = rloo.rloo_step(model, ref, optimizer, [rloo.Group({}, samples, [1.0, 0.0])], args, 3, step=0)
+    assert m["loss"] == pytest.approx(-l * (1 - l), abs=1e-6)
+    assert m["kl"] == pytest.approx(-l, abs=1e-6)  # mean h = (0 - 2l)/2
+    assert m["logprob_gap"] == pytest.approx(0.0, abs=1e-6) and m["length"] == 1.5
+    expected_row0 = (l - 1) / 2 * (torch.tensor([1.0, 0, 0, 0]) - 0.25)
+    assert torch.allclose(model.table.detach()[0], expected_row0, atol=1e-6)
+
+
+def _sequence_logprobs(model, samples, pad_id):
+    with torch.no_grad():
+        lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in samples],
+                                              [s.ids for s in samples], pad_id)
+    return (lp * mask).sum(-1)
+
+
 def _mean_reward(path, problems, samples=64):
     return sampled(path, problems, samples)["sampled/reward"]
 
@@ -69,7 +172,7 @@ def _problem_file(tmp_path, problems):
 
 
 RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
-       "--num-numbers", "3", "--eval-numbers", "3", "--threads", "1", "--seed", "0", "--no-resample-uniform"]
+       "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--no-resample-uniform"]
 
 
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
@@ -94,13 +197,32 @@ def test_vllm_engine_stays_in_sync_during_training(weak_sft, tmp_path):
     assert first["kl_to_ref"] == 0.0 and rows[-1]["kl_to_ref"] > 0.0  # the policy has moved away from the reference
 
 
-def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, tmp_path):
+def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, tiny_path, tmp_path):
     out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "4",
                            "--k", "4", "--lr", "5e-4", "--warmup", "0", "--steps", "2", "--beta", "0.1",
                            "--engine", "hf", "--out", str(tmp_path / "run")])
     _, first, second = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert first["kl"] == 0.0  # step 1 trains on samples of the reference weights themselves: h = 0 exactly
     assert second["kl"] != 0.0
+
+    # The sign: one step with equal rewards (only the KL term teaches) from a policy away from pi_ref
+    # (weak_sft vs the random tiny model) must make the samples with h above their group's mean less
+    # likely relative to pi_ref: sum_i (h_i - mean_g h) * (change of h_i) < 0 to first order in lr.
+    # With R = r + beta h (the wrong sign) it is > 0.
+    common.setup(0, 1)
+    policy, tok = common.load_model(weak_sft)
+    ref, _ = common.load_model(tiny_path)
+    groups = [rloo.Group(p, g, [0.0] * 4) for p, g in zip(SUMS[:8], common.HFEngine(policy, tok).generate(
+        common.encode_prompts(countdown, SUMS[:8], tok, "compact"), common.SamplingConfig(4, 16, seed=0)))]
+    flat = [s for g in groups for s in g.samples]
+    h_before = _sequence_logprobs(policy, flat, tok.pad_token_id) - _sequence_logprobs(ref, flat, tok.pad_token_id)
+    args = SimpleNamespace(k=4, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1e-3, warmup=0)
+    m = rloo.rloo_step(policy, ref, torch.optim.SGD(policy.parameters(), lr=1e-3), groups, args,
+                       tok.pad_token_id, step=0)
+    assert m["kl"] == pytest.approx(h_before.mean().item(), rel=1e-4)  # h = log pi - log pi_ref
+    h_after = _sequence_logprobs(policy, flat, tok.pad_token_id) - _sequence_logprobs(ref, flat, tok.pad_token_id)
+    centred = (h_before.view(8, 4) - h_before.view(8, 4).mean(-1, keepdim=True)).view(-1)
+    assert (centred * (h_after - h_before)).sum().item() < 0
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(weak_sft, tmp_path):

@@ -1,8 +1,10 @@
 """sft.py: the loss, the schedule, learning, an end-to-end run, resume, and bad input."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -10,7 +12,8 @@ from transformers import AutoModelForCausalLM
 
 import common
 import sft
-from conftest import fit, run_until_killed
+from conftest import fit, run_until_killed, write_jsonl
+from tasks import countdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -86,7 +89,7 @@ def _write(tmp_path, name, text):
     (["--model", "./does/not/exist"], "no such model folder"),
     (["--batch-size", "0"], "positive integer"),
     (["--reward", "Z"], "unknown --reward"),
-    (["--num-numbers", "3,x"], "--num-numbers"),
+    (["--sizes", "3,x"], "--sizes"),
     (["--resume", "/nonexistent/run"], "config.json"),
 ])
 def test_bad_flags_give_one_line_and_status_2(args, message, tmp_path, capsys):
@@ -100,8 +103,11 @@ def test_bad_flags_give_one_line_and_status_2(args, message, tmp_path, capsys):
 
 @pytest.mark.parametrize("content,message", [
     ("", "holds no examples"),
-    ('{"prompt": "a", "completion": "b"}\nnot json\n', ":2: not valid JSON"),
-    ('{"prompt": "a"}\n', "needs string fields"),
+    ('{"nums": [1, 2], "target": 3, "completion": "b"}\nnot json\n', ":2: bad JSON"),
+    ('{"nums": [1, 2], "target": 3, "completion": "b"}\n{"nums": [1, 2', ":2: bad JSON (truncated"),
+    ('{"prompt": "a", "completion": "b"}\n', "example 1: expected an object with fields 'nums'"),
+    ('{"nums": [1, 2], "target": 3}\n', "example 1: needs a string field 'completion'"),
+    ('{"nums": [1, "2"], "target": 3, "completion": "b"}\n', "example 1: 'nums' must be"),
 ])
 def test_bad_data_files_give_one_line_and_status_2(content, message, tmp_path, capsys):
     data = _write(tmp_path, "data.jsonl", content)
@@ -111,10 +117,41 @@ def test_bad_data_files_give_one_line_and_status_2(content, message, tmp_path, c
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-def test_prompt_completion_file_loads(tmp_path):
-    data = _write(tmp_path, "d.jsonl", '{"prompt": "1 2=3:", "completion": "<answer>1+2</answer>"}\n\n'
-                                       '{"query": "2 2=4:", "completion": "<answer>2+2</answer>"}\n')
-    assert sft.load_pairs(data) == [("1 2=3:", "<answer>1+2</answer>"), ("2 2=4:", "<answer>2+2</answer>")]
+def test_data_file_rows_give_problems_and_completions(tmp_path):
+    data = _write(tmp_path, "d.jsonl", '{"nums": [1, 2], "target": 3, "completion": "<answer>1+2</answer>"}'
+                                       '\n\n{"nums": [2, 2], "target": 4, "query": "x", "completion": "c"}\n')
+    problems, completions, given = sft.data_examples(countdown, sft.data_rows(data), data)
+    assert problems == [{"nums": [1, 2], "target": 3}, {"nums": [2, 2], "target": 4}]
+    assert completions == ["<answer>1+2</answer>", "c"] and given == [None, "x"]
+
+
+@pytest.fixture(scope="module")
+def standin_path(tmp_path_factory):
+    """The hub-shaped stand-in (ChatML template, BPE tokenizer) when tests/hub_standin.py is there."""
+    hub_standin = pytest.importorskip("hub_standin")
+    return hub_standin.build_standin(str(tmp_path_factory.mktemp("standin") / "model"))
+
+
+@pytest.mark.parametrize("which", ["tiny", "standin"])
+def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, capsys):
+    """The same problems through sft.py --data and rloo.py --problems give identical prompt ids: the
+    RL scripts' prompt (the chat template, if any), not the data file's own prompt text."""
+    import rloo
+    path = request.getfixturevalue("tiny_path" if which == "tiny" else "standin_path")
+    problems = [{"nums": [44, 19, 35], "target": 98}, {"nums": [3, 5], "target": 8}]
+    rows = [{**p, "prompt": countdown.prompt(p, "instruct"), "completion": "<answer>1</answer>"}
+            for p in problems]
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    small = ["--model", path, "--eval-size", "1", "--threads", "1"]
+    parser, args = sft.parse_args(small + ["--data", data, "--batch-size", "2", "--out", str(tmp_path / "s")])
+    trained = sft.load_inputs(args, parser, "cpu")
+    parser, args = rloo.parse_args(small + ["--problems", data, "--prompts", "2", "--out", str(tmp_path / "r")])
+    rl = rloo.load_inputs(args, parser, "cpu")
+    assert [ex.prompt for ex in trained.train] == rl.prompts
+    tok = trained.tokenizer
+    assert all(ex.prompt != tok(r["prompt"], add_special_tokens=False)["input_ids"]  # not the file's text
+               for ex, r in zip(trained.train, rows))
+    assert "2 of 2 rows" in capsys.readouterr().out
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
@@ -123,3 +160,97 @@ def test_command_line_error_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("sft.py: error: no such model folder")
+
+
+def _rows(run_dir):
+    """metrics.jsonl without the wall-clock field."""
+    return [{k: v for k, v in json.loads(line).items() if k != "time"}
+            for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def _logged_steps(run_dir):
+    try:
+        return len(open(os.path.join(run_dir, "metrics.jsonl")).readlines())
+    except OSError:
+        return 0
+
+
+def _saved_step(run_dir):
+    try:
+        return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
+    except Exception:
+        return None
+
+
+def kill_when(argv, ready, timeout=600):
+    """Run `python argv...` in the repository and SIGKILL it as soon as ready() holds."""
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while proc.poll() is None and not ready() and time.time() < deadline:
+        time.sleep(0.005)
+    proc.kill()
+    return proc.wait()
+
+
+@pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
+def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_path):
+    """A real process killed (SIGKILL) right after its step-3 checkpoint, or during step 5, then
+    `--resume`d: every logged metric (losses, held-out accuracies) equals the uninterrupted run's."""
+    straight = sft.main(TINY_RUN + ["--out", str(tmp_path / "a")])
+    run = str(tmp_path / "b")
+    ready = ((lambda: _saved_step(run) == 3) if moment == "after_a_checkpoint"
+             else (lambda: _logged_steps(run) >= 4))
+    assert kill_when(["sft.py", *TINY_RUN, "--out", run], ready) == -9  # killed, not finished
+    assert not os.path.exists(os.path.join(run, "final"))
+    proc = subprocess.run([sys.executable, "sft.py", "--resume", run], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _rows(run) == _rows(straight)
+
+
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
+    run = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "sft.py", *TINY_RUN, "--steps", "400", "--eval-every", "400",
+                             "--out", run], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    while _logged_steps(run) < 2 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1].endswith(f"Resume with: python sft.py --resume {run}")
+    assert _saved_step(run) == _logged_steps(run) < 400  # the checkpoint is at the last logged step
+
+
+# CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, an empty string
+# or a missing path: exit 2 with one line, or a normal start. Runs up to the model load only.
+SFT_FLAGS = ["--task", "--model", "--data", "--out", "--resume", "--steps", "--batch-size", "--grad-accum",
+             "--lr", "--warmup", "--weight-decay", "--clip", "--loss-norm", "--max-len", "--sizes",
+             "--train-size", "--eval-sizes", "--eval-every", "--eval-size", "--eval-k", "--max-new-tokens",
+             "--reward", "--engine", "--seed", "--threads"]
+BAD_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/no/such/path.jsonl"]
+
+
+class _ReachedModelLoad(Exception):
+    pass
+
+
+@pytest.mark.parametrize("flag", SFT_FLAGS)
+def test_cli_fuzz(flag, tiny_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    def no_model(*a, **k):
+        raise _ReachedModelLoad
+    monkeypatch.setattr(common, "load_model", no_model)
+    for i, value in enumerate(BAD_VALUES):
+        argv = ["--model", tiny_path, "--train-size", "4", "--batch-size", "2", "--eval-size", "1",
+                "--out", str(tmp_path / f"run{i}"), flag, value]
+        try:
+            sft.main(argv)
+        except _ReachedModelLoad:
+            continue  # accepted: a normal run would start here
+        except SystemExit as e:
+            err = capsys.readouterr().err.strip().splitlines()
+            assert e.code == 2, (flag, value, e.code)
+            assert err and "error: " in err[-1] and "Traceback" not in "\n".join(err), (flag, value)
