@@ -456,11 +456,13 @@ class VLLMEngine:
 
     Reported log-probs are vLLM's "processed_logprobs": log_softmax of the logits after temperature
     and top-p/top-k, i.e. the behaviour log-probs of what was actually sampled.
+    max_model_len (prompt + completion, capped by the model's positions): vLLM cuts a sequence
+    there without an error, so generate() refuses a request that would not fit.
     """
     name = "vllm"
 
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,
-                 max_model_len: int = 512, kv_cache_gb: float = 0.25,
+                 max_model_len: int = 4096, kv_cache_gb: float = 0.25,
                  gpu_memory_utilization: float = 0.3):
         # in-process: 3-5 s to start, against about 20 s with a separate process
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -472,9 +474,10 @@ class VLLMEngine:
                              f"a GPU): {e}") from None
         self.version = vllm.__version__
         from transformers import AutoConfig, GenerationConfig
-        max_model_len = min(max_model_len, AutoConfig.from_pretrained(path).max_position_embeddings)
+        positions = AutoConfig.from_pretrained(path).max_position_embeddings
+        self.max_model_len = min(max_model_len, positions)
         kwargs = dict(model=path, tokenizer=path, dtype=dtype, seed=seed,
-                      max_model_len=max_model_len, logprobs_mode="processed_logprobs",
+                      max_model_len=self.max_model_len, logprobs_mode="processed_logprobs",
                       enable_prefix_caching=True)
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -490,6 +493,11 @@ class VLLMEngine:
         self._SamplingParams = vllm.SamplingParams
 
     def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
+        longest = max(len(p) for p in prompts)
+        if longest + sc.max_new_tokens > self.max_model_len:
+            raise UsageError(f"a prompt of {longest} tokens + {sc.max_new_tokens} new tokens "
+                             f"exceeds the vLLM engine's max_model_len {self.max_model_len}: "
+                             "lower --max-new-tokens")
         greedy = sc.temperature == 0
         def params(i):  # with a seed, prompt i's samples get seeds seed + i n + j (vLLM adds j)
             return self._SamplingParams(
@@ -546,7 +554,8 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, max_model_len: int = 512):
+def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
+                max_model_len: int = 4096):
     """Return a generation engine. `kind`: "hf", "vllm" or "auto".
 
     "auto" picks by device: vLLM on a GPU (much faster for real models), HF generate on a CPU

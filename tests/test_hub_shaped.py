@@ -200,3 +200,12 @@ def test_vllm_weight_sync_of_a_qwen2_model_with_tied_embeddings(vllm_engine):
     assert _gap(model, tok, [s for g in engine.generate(prompts, sc) for s in g]) > 1e-2
     engine.sync(model)
     assert _gap(model, tok, [s for g in engine.generate(prompts, sc) for s in g]) < 1e-4
+
+
+def test_vllm_refuses_a_request_it_would_cut_short_silently():
+    """vLLM ends a sequence at max_model_len with finish_reason "length" and no error; a chat prompt
+    (~100 tokens with Qwen's template) + --max-new-tokens 512 passed the old cap of 512."""
+    engine = object.__new__(common.VLLMEngine)  # no engine started: the check comes first
+    engine.max_model_len = 512
+    with pytest.raises(common.UsageError, match="max_model_len 512"):
+        engine.generate([[1] * 106], common.SamplingConfig(n=1, max_new_tokens=512))
