@@ -1,0 +1,185 @@
+"""trl_trainers.py: the TRL trainers compute the single-file scripts' losses and gradients, learn, and agree
+across two processes. Needs requirements-trl.txt (skipped without trl)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import agro  # noqa: E402
+import common  # noqa: E402
+import spo  # noqa: E402
+import topr  # noqa: E402
+import trl_trainers as tt  # noqa: E402
+from conftest import SUMS, sampled, write_jsonl  # noqa: E402
+from tasks import countdown  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+G = 4  # completions per prompt
+
+
+def _config(cls, tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
+                logging_steps=1, per_device_train_batch_size=2 * G, num_generations=G, max_completion_length=24,
+                seed=0, disable_tqdm=True)
+    return cls(**{**base, **kw})
+
+
+def _trainer(cls, config, model_path, kind, rows):
+    from datasets import Dataset
+    _, tok = common.load_model(model_path)
+    trainer = cls(model=model_path, reward_funcs=tt.task_reward(countdown, kind), args=config,
+                  train_dataset=Dataset.from_list(rows), processing_class=tok)
+    trainer.current_gradient_accumulation_steps = 1  # set by train(); one micro-batch here
+    return trainer, tok
+
+
+def _set_reference(trainer, path):
+    """Another reference than the start model (TRL's default), loaded into TRL's patched copy."""
+    trainer.ref_model.load_state_dict(common.load_model(path)[0].state_dict())
+
+
+def _fixed_batch(trainer, rows):
+    """TRL's own generation and scoring of two prompts x G completions, with a fixed seed."""
+    torch.manual_seed(0)
+    trainer.model.train()
+    return trainer._generate_and_score_completions([r for r in rows[:2] for _ in range(G)])
+
+
+def _unpadded(batch):
+    prompts = [ids[m.bool()].tolist() for ids, m in zip(batch["prompt_ids"], batch["prompt_mask"])]
+    completions = [ids[m.bool()].tolist() for ids, m in zip(batch["completion_ids"], batch["completion_mask"])]
+    return prompts, completions
+
+
+def _logprobs(trainer, model, batch):
+    """Per-token log-probs of the batch's completions by TRL's forward (fused head, float32), with gradient.
+    test_trl_logprobs_equal_common_completion_logprobs checks them against common.completion_logprobs."""
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, batch["completion_ids"].size(1))
+    mask = batch["completion_mask"].float()
+    return logps * mask, mask
+
+
+def _grads(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+
+
+def _trl_loss_and_grad(trainer, batch):
+    loss = trainer.compute_loss(trainer.model, batch)
+    return loss.item(), _grads(trainer.model, loss)
+
+
+def _rewards(tok, batch, rows, reward):
+    """Each completion's reward recomputed from its text with the script's reward function."""
+    problems = [countdown.problem_from_row(r) for r in rows[:2] for _ in range(G)]
+    texts = tok.batch_decode(_unpadded(batch)[1], skip_special_tokens=True)
+    return torch.tensor([reward(p, t) for p, t in zip(problems, texts)])
+
+
+def _assert_equal_and_sensitive(trainer, batch, script_loss, rewards, wrong_rewards):
+    """TRL's loss and gradient equal the script's loss on the same log-probs to 1e-6; the script's loss with
+    the rewards misassigned (what a plumbing error would do) is farther than that."""
+    trl_loss, trl_grad = _trl_loss_and_grad(trainer, batch)
+    model = trainer.model
+    loss = script_loss(rewards, *_logprobs(trainer, model, batch))
+    loss, grad = loss.item(), _grads(model, loss)
+    wrong_grad = _grads(model, script_loss(wrong_rewards, *_logprobs(trainer, model, batch)))
+    assert grad.abs().max() > 1e-3  # a real gradient, not two zeros
+    assert abs(trl_loss - loss) < 1e-6, (trl_loss, loss)
+    assert (trl_grad - grad).abs().max() < 1e-6, (trl_grad - grad).abs().max()
+    assert (trl_grad - wrong_grad).abs().max() > 1e-4
+
+
+@pytest.fixture(scope="module")
+def rows(tiny_path):
+    _, tok = common.load_model(tiny_path)
+    return tt.task_rows(countdown, SUMS[::7], tok, "compact")
+
+
+def test_trl_logprobs_equal_common_completion_logprobs(weak_sft, rows, tmp_path):
+    """The log-probs TRL hands the losses are the scripts' (common.completion_logprobs) up to float32
+    rounding: TRL scores without position ids, the tiny model's RoPE sees only relative positions."""
+    trainer, tok = _trainer(tt.TOPRTrainer, _config(tt.TOPRConfig, tmp_path), weak_sft, "pm1", rows)
+    batch = _fixed_batch(trainer, rows)
+    with torch.no_grad():
+        trl, mask = _logprobs(trainer, trainer.model, batch)
+        ours, mask2 = common.completion_logprobs(trainer.model, *_unpadded(batch), tok.pad_token_id)
+    assert torch.equal(mask, mask2[:, :mask.shape[1]]) and mask.sum() > 2 * G
+    assert (trl - ours[:, :trl.shape[1]]).abs().max() < 5e-6
+
+
+def test_topr_trainer_loss_and_gradient_equal_the_scripts(weak_sft, rows, tmp_path):
+    trainer, tok = _trainer(tt.TOPRTrainer, _config(tt.TOPRConfig, tmp_path), weak_sft, "pm1", rows)
+    batch = _fixed_batch(trainer, rows)
+    rewards = _rewards(tok, batch, rows, lambda p, t: topr.reward_of(countdown, p, t, "pm1"))
+    assert rewards.unique().numel() == 2  # both branches of the truncation are exercised
+    lp_mu = _logprobs(trainer, trainer.model, batch)[0].detach().sum(-1)  # mu = the weights that sampled
+
+    def loss_of(r, logprobs, mask):  # topr.py's step on this batch
+        return topr.topr_loss(logprobs, mask, lp_mu, r, *topr.LIMITS["topr"], c=-0.8, norm="seq/len", split=0.0)
+    _assert_equal_and_sensitive(trainer, batch, loss_of, rewards, rewards.flip(0))
+
+
+@pytest.mark.parametrize("weights", ["onpolicy", "offpolicy"])
+def test_agro_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, rows, tmp_path, weights):
+    """Reference = the random tiny model, so h is large and the regularised rewards differ from r."""
+    config = _config(tt.AGROConfig, tmp_path, weights=weights, beta=0.5)
+    trainer, tok = _trainer(tt.AGROTrainer, config, weak_sft, "original", rows)
+    _set_reference(trainer, tiny_path)
+    batch = _fixed_batch(trainer, rows)
+    rewards = _rewards(tok, batch, rows, lambda p, t: countdown.reward(p, t, "original"))
+    with torch.no_grad():
+        ref_lp, _ = _logprobs(trainer, trainer.ref_model, batch)
+
+    def loss_of(r, logprobs, mask):  # agro.py's step on this batch
+        h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view(-1, G)
+        rpi = agro.regularised_rewards(r.view(-1, G), h, 0.5)
+        w = agro.agro_onpolicy_weights(rpi, 0.5, 1.0, "var") if weights == "onpolicy" else \
+            agro.agro_offpolicy_weights(rpi)
+        return agro.agro_loss(logprobs, mask, w.reshape(-1), "seq")
+    swapped = rewards.view(-1, G).flip(0).reshape(-1)  # the two groups' rewards exchanged
+    _assert_equal_and_sensitive(trainer, batch, loss_of, rewards, swapped)
+
+
+@pytest.mark.parametrize("objective,regression", [("terminal", "sq"), ("nonterminal", "ce")])
+def test_spo_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, rows, tmp_path, objective,
+                                                         regression):
+    """Q0 from a cache in spo.py's format (successes of pi_0's samples per puzzle); reference = the random
+    tiny model, so the A_t are far from 0."""
+    cache = [{**countdown.problem_from_row(r), "samples": 8, "successes": s, "model": weak_sft}
+             for r, s in zip(rows, [3, 0, 8, 1, 5, 2, 7, 4, 6, 1, 2, 3])]
+    q0_rows = tt.q0_column(rows, countdown, write_jsonl(tmp_path / "q0.jsonl", cache), weak_sft, 0.5)
+    config = _config(tt.SPOConfig, tmp_path, beta=0.5, objective=objective, regression=regression)
+    trainer, tok = _trainer(tt.SPOTrainer, config, weak_sft, "spo", q0_rows)
+    _set_reference(trainer, tiny_path)
+    batch = _fixed_batch(trainer, q0_rows)
+    rewards = _rewards(tok, batch, rows, lambda p, t: spo.spo_reward(countdown, p, t))
+    q0 = spo.q0_from_successes(torch.tensor([3, 0]).repeat_interleave(G), torch.tensor(8), 0.5)
+    with torch.no_grad():
+        ref_lp, _ = _logprobs(trainer, trainer.ref_model, batch)
+
+    def loss_of(r, logprobs, mask):  # spo.py's step on this batch
+        q, q_t = spo.cumulative_q(logprobs, ref_lp, mask, q0, 0.5)
+        return spo.spo_loss(q, q_t, mask, q0, r, 0.5, objective, regression)
+    _assert_equal_and_sensitive(trainer, batch, loss_of, rewards, rewards.flip(0))
+
+
+def test_spo_q0_without_a_cache_is_the_leave_one_out_success_rate(weak_sft, rows, tmp_path):
+    trainer, tok = _trainer(tt.SPOTrainer, _config(tt.SPOConfig, tmp_path, beta=0.5), weak_sft, "spo", rows)
+    batch = _fixed_batch(trainer, rows)
+    wins = (_rewards(tok, batch, rows, lambda p, t: spo.spo_reward(countdown, p, t)) == 0).view(-1, G)
+    for i, q0 in enumerate(batch["q0"].tolist()):
+        others = int(wins[i // G].sum() - wins[i // G, i % G])
+        assert q0 == pytest.approx(0.5 * __import__("math").log(others / (G - 1) + (1 - others / (G - 1))
+                                                                  * __import__("math").exp(-2)), abs=1e-9)
