@@ -1,40 +1,45 @@
 """topr.py: Tapered Off-Policy REINFORCE, fully offline: sample a dataset from mu, then train on it.
 
-Le Roux et al. 2025 (../shared/papers/003_*, §2-§4, Algorithm 1), course report (../shared/papers/000_*,
-§3.6, Eq. 4), ../shared/ALGORITHMS.md §3. Each stored sample is (x, y, R, LP_mu), with LP_mu the sequence
-log-prob of the distribution that actually sampled y. With lw = sg(LP(y)) - LP_mu(y):
+[TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
+       learning for LLMs", 2025, arXiv:2503.14286 (§2-§4, Algorithm 1).
+[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning" (§3.3 rewards, §3.6 Eq. 4).
 
-    (a, b) = (a+, b+) if R - c >= 0 else (a-, b-)                  (Eq. 7; T+ / T- split by sign)
-    alpha  = exp(clamp(lw, ln a, ln b))                            (truncated ratio [pi/mu]_a^b, log space)
-    loss   = -mean_i sg(alpha_i) * (R_i - c) * LP(y_i) / T_i       (Algorithm 1, `--loss-norm seq/len`)
+Each stored sample is (x, y, R, LP_mu), with LP_mu the sequence log-prob of the distribution that
+actually sampled y. With lw = sg(LP(y)) - LP_mu(y) and the split s (0 in [TOPR], 1 in [CR] Eq. 4):
 
-Canonical TOPR (Eq. 8): a+ = b+ = 1 (positives: a plain reward-weighted SFT step), a- = 0, b- = 1
-(negatives: truncated importance sampling, so a negative's push fades once pi(y) < mu(y)). Its surrogate
-objective (Eq. 11, `taper`) is bounded above (Prop. 3.2); naive REINFORCE (alpha = 1 everywhere, Eq. 4)
-is not: it gains without limit by driving any negative sample's probability to 0. `--loss` picks the named
-limits of Table 1.
+    (a, b) = (a+, b+) if R - c >= s else (a-, b-)              ([TOPR] Eq. 7: the sets T+ and T-)
+    alpha  = exp(clamp(lw, ln a, ln b))                        (truncated ratio [pi/mu]_a^b)
+    loss   = -mean_i sg(alpha_i) (R_i - c) LP(y_i) / T_i       (Algorithm 1, `--loss-norm seq/len`)
 
-Rewards and the split. With the paper's reward (`--reward pm1`, +1/-1) the split is by sign (`--split 0`)
-and c defaults to -0.8. The task's rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for penalties,
-so R - c >= 0 for almost every sample and TOPR would be reward-weighted SFT; for them the defaults are
-[CR] Eq. 4: c = 0 and `--split 1`, i.e. R = 1 gets the SFT term and every R < 1 the truncated ratio
-[pi/mu]_0^1 times R. The share of samples in the truncated branch is printed and logged
-(`negative_share`) every iteration. The report's three TOPR runs ([CR] Table 1: one dataset from the SFT
-model, lr 1e-4, batch 32; A+B trains the first epoch with A, the second with B):
+Canonical TOPR ([TOPR] Eq. 8): a+ = b+ = 1 (positives: a plain reward-weighted SFT step),
+a- = 0, b- = 1 (negatives: truncated importance sampling, so a negative's push fades once
+pi(y) < mu(y)). Its surrogate objective (Eq. 11, `taper`) is bounded above (Prop. 3.2); naive
+REINFORCE (alpha = 1 everywhere, Eq. 4) is not: it gains without limit by driving any negative's
+probability to 0. `--loss` picks the named limits of Table 1.
+
+The baseline c is not neutral off-policy (Eqs. 9-10, Prop. 3.1): it re-weights the dataset. The
+script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several reward levels:
+docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
+
+Rewards and split. With [TOPR]'s reward (`--reward pm1`, +1/-1) the split is by sign and c
+defaults to -0.8, the largest p~ tried, which gave the best accuracy (docs/RESULTS.md). The task's
+rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for small penalties, so R - c >= 0 for
+nearly every sample and TOPR would be reward-weighted SFT; for them the defaults are [CR] Eq. 4:
+c = 0, split 1 (R = 1 gets the SFT term, every R < 1 the ratio [pi/mu]_0^1 times R). [CR]'s three
+TOPR runs of its Table 1 (one dataset from the SFT model, lr 1e-4, batch 32; A+B: first epoch with
+A, second with B):
 
     python topr.py --reward original --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
     python topr.py --reward A        --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
     python topr.py --reward A+B      --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
 
 Algorithm 1, as run here:
-  1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or pi_{i-1} in
-     iteration i > 1, paper §4.3), rewarded and written to RUN/data-ITER.jsonl (`--data FILE` skips this).
-  2. select: `uniform` keeps every sample; `anna-karenina` keeps the first positive of each prompt and
-     fills with its negatives (paper §4.3).
-  3. train --epochs passes over the selected samples, minibatches of --batch-size, constant lr, clip 1.0.
-
-Defaults (measured on 2 CPU cores): 6 iterations of 500 three-number puzzles x 8 samples, reward +1/-1,
-c = -0.8, lr 1e-4, one epoch each: held-out sampled accuracy 32.8% -> 43.9% in 5 minutes.
+  1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or
+     pi_{i-1} in iteration i > 1, [TOPR] §4.3), rewarded and written to RUN/data-ITER.jsonl
+     (`--data FILE` replaces this in the first iteration).
+  2. select: `uniform` keeps every sample; `anna-karenina` keeps the first positive of each prompt
+     and every negative ([TOPR] §4.3).
+  3. train --epochs passes over the selected samples, minibatches of --batch-size, constant lr.
 
 Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
@@ -47,6 +52,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -55,102 +61,43 @@ from tqdm import tqdm
 import common
 from tasks import get_task
 
-# Table 1 of the paper: truncation limits (a+, b+, a-, b-) of each named method.
+# [TOPR] Table 1: truncation limits (a+, b+, a-, b-) of each named method.
 LIMITS = {
     "topr": (1.0, 1.0, 0.0, 1.0),             # Eq. 8: SFT on positives, truncated IS on negatives
-    "naive": (1.0, 1.0, 1.0, 1.0),            # Eq. 3: REINFORCE with no ratio at all (the paper's foil)
+    "naive": (1.0, 1.0, 1.0, 1.0),            # Eq. 3: REINFORCE with no ratio (the paper's foil)
     "tis": (0.0, 1.0, 0.0, 1.0),              # truncated importance sampling, both signs
     "is": (0.0, math.inf, 0.0, math.inf),     # Eq. 5: off-policy REINFORCE, untruncated
     "sft": (1.0, 1.0, 0.0, 0.0),              # negatives dropped (reward-weighted SFT)
 }
-# +1 for a fully correct answer, -1 otherwise: the paper's reward (§4), next to the task's own variants.
+# +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
+NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale"
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="sft", help="`sft` (the newest sft.py run of --task), a folder or a hub id")
-    p.add_argument("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    # the data (Algorithm 1, first lines)
-    p.add_argument("--data", default=None,
-                   help="JSONL of samples to train on instead of generating the first iteration's data")
-    p.add_argument("--iterations", type=common.positive_int, default=6,
-                   help="generate-then-train rounds; iteration i samples from pi_{i-1} (paper §4.3)")
-    p.add_argument("--prompts", type=common.positive_int, default=500, help="training prompts an iteration")
-    p.add_argument("--n", type=common.positive_int, default=8, help="completions sampled per prompt")
-    p.add_argument("--temperature", type=common.positive_float, default=1.0,
-                   help="sampling temperature of mu (LP_mu is stored for the distribution actually sampled)")
-    p.add_argument("--top-p", type=float, default=1.0, help="top-p of mu")
-    p.add_argument("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
-                   help="uniform: every sample; anna-karenina: first positive per prompt plus its negatives")
-    p.add_argument("--keep", type=int, default=0,
-                   help="samples an iteration after selection (0: all it selects); anna-karenina fills "
-                        "with random negatives up to this number")
-    # the loss
-    p.add_argument("--loss", choices=list(LIMITS), default="topr", help="truncation limits of Table 1")
-    p.add_argument("--reward", default="pm1",
-                   help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
-                        "(A for the first half of all epochs, then B)")
-    p.add_argument("--c", type=float, default=None,
-                   help="baseline: train on R - c (Eqs. 9-10); default -0.8 with pm1 (p~ about 0.8 for the SFT "
-                        "model), 0 with the task's rewards ([CR] Eq. 4 has no baseline)")
-    p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
-                   help="0: TOPR (negatives: R - c < 0); 1: [CR] Eq. 4 (negatives: R - c < 1); default 0 "
-                        "with pm1, 1 with the task's rewards (all >= 0 but for penalties)")
-    p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
-                   help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over all tokens")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start of this invocation, data generation included "
-                        "(then evaluate and save as at the end)")
-    p.add_argument("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
-    p.add_argument("--batch-size", type=common.positive_int, default=64, help="samples per optimizer step")
-    p.add_argument("--lr", type=common.positive_float, default=1e-4,
-                   help="AdamW lr, constant ([TOPR]); 2e-4 and 3e-4 lowered accuracy in the first iteration here")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--micro-batch", type=common.positive_int, default=64,
-                   help="samples per forward/backward pass: memory only, same gradient")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--num-numbers", default="3", help="puzzle sizes to train on, comma-separated (evaluation: --eval-numbers)")
-    p.add_argument("--problems", default=None,
-                   help="training puzzles from a JSONL file or the hub instead of the generator")
-    p.add_argument("--train-size", type=common.positive_int, default=20000, help="training puzzles per size")
-    # evaluation
-    p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps (0: per iteration)")
-    p.add_argument("--eval-numbers", default="3,4", help="puzzle sizes of the held-out evaluation")
-    p.add_argument("--eval-size", type=common.positive_int, default=200, help="held-out puzzles per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a puzzle at temperature 1")
-    p.add_argument("--save-every", type=common.positive_int, default=100, help="checkpoint every N steps")
-    # system
-    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
-                   help="generation engine: hf (instant start, as fast as vLLM for the tiny model on a CPU), vllm (GPU), auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
-    return p, p.parse_args(argv)
-
-
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The loss: pure functions of tensors
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def taper(u: torch.Tensor, a: float, b: float) -> torch.Tensor:
-    """The taper rho(u; a, b) of Eq. 11, for u = pi/mu > 0 and 0 <= a <= b <= inf.
+    """The taper rho(u; a, b) of [TOPR] Eq. 11, for u = pi/mu > 0 and 0 <= a <= b <= inf.
 
     rho(u) = a (1 + ln(u/a)) if u < a;  b (1 + ln(u/b)) if u > b;  u otherwise.
     It is continuous with u rho'(u) = [u]_a^b, so the gradient of sum mu rho(pi/mu) R is Eq. 7.
-    Limits: a = 0 has no lower branch, b = inf no upper one, and b = 0 gives rho = 0 (the b -> 0 limit).
+    Limits: a = 0 has no lower branch, b = inf no upper one, b = 0 gives rho = 0 (the b -> 0 limit).
     """
     lower = a * (1 + torch.log(u / a)) if a > 0 else u
-    upper = b * (1 + torch.log(u / b)) if 0 < b < math.inf else (u if b == math.inf else torch.zeros_like(u))
+    if 0 < b < math.inf:
+        upper = b * (1 + torch.log(u / b))
+    else:
+        upper = u if b == math.inf else torch.zeros_like(u)
     return torch.where(u < a, lower, torch.where(u > b, upper, u))
 
 
-def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float, a_neg: float,
-                    b_neg: float) -> torch.Tensor:
-    """alpha = [pi/mu]_a^b computed in log space: exp(clamp(lw, ln a, ln b)), ln 0 = -inf, ln inf = inf.
+def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
+                    a_neg: float, b_neg: float) -> torch.Tensor:
+    """alpha = [pi/mu]_a^b in log space: exp(clamp(lw, ln a, ln b)), ln 0 = -inf, ln inf = inf.
 
-    lw: [N] sequence log-ratio LP - LP_mu;  positive: [N] bool, which limits (a+, b+) or (a-, b-) apply.
-    Never forms exp(LP): for 1,000-token sequences that is 0/0 (ALGORITHMS.md §0).
+    lw: [N] sequence log-ratio LP - LP_mu;  positive: [N] bool: (a+, b+) where True, else (a-, b-).
+    Never forms exp(LP): for 1,000-token sequences pi and mu both underflow and pi/mu is 0/0.
     """
     def ln(x):
         return math.log(x) if x > 0 else -math.inf
@@ -159,22 +106,23 @@ def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_po
     return torch.exp(torch.minimum(torch.maximum(lw, lo), hi))
 
 
-def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor, rewards: torch.Tensor,
-              a_pos: float = 1.0, b_pos: float = 1.0, a_neg: float = 0.0, b_neg: float = 1.0, c: float = 0.0,
-              norm: str = "seq/len", split: float = 0.0) -> torch.Tensor:
-    """Minibatch TOPR loss (Algorithm 1, Eq. 7 with the limits of Table 1), to be minimised.
+def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
+              rewards: torch.Tensor, a_pos: float = 1.0, b_pos: float = 1.0,
+              a_neg: float = 0.0, b_neg: float = 1.0, c: float = 0.0, norm: str = "seq/len",
+              split: float = 0.0) -> torch.Tensor:
+    """Minibatch TOPR loss ([TOPR] Algorithm 1, Eq. 7 with the limits of Table 1), to be minimised.
 
     logprobs: [N, T] per-token log pi(y_t | x, y_<t), with gradient; 0 on padding
     mask:     [N, T] 1 on completion tokens (EOS included)
     lp_mu:    [N]    behaviour sequence log-prob LP_mu(y)
     rewards:  [N]    R(x, y); the baseline c is subtracted here (R_eff = R - c, Eqs. 9-10)
-    split:    0 = TOPR, positives are R_eff >= 0; 1 = course report Eq. 4, positives are R_eff >= 1.
-    norm:     "seq/len" each sequence's LP divided by its length ([TOPR]); "seq" full sums; "token" the sum
-              of alpha R_eff log pi over all tokens divided by their count.
+    split:    T+ is R_eff >= split: 0 in [TOPR] (by sign), 1 in [CR] Eq. 4 (R = 1 with c = 0).
+    norm:     "seq/len" each sequence's LP divided by its length ([TOPR]); "seq" full sums;
+              "token" the sum of alpha R_eff log pi over all tokens divided by their count.
     The ratio always uses the full-sequence LP, whatever `norm`; alpha is detached.
     """
     lp = (logprobs * mask).sum(-1)  # [N] LP(y)
-    r_eff = rewards - c
+    r_eff = rewards - c  # [N]
     alpha = truncated_ratio(lp.detach() - lp_mu, r_eff >= split, a_pos, b_pos, a_neg, b_neg)  # [N]
     weight = alpha * r_eff  # [N], no gradient
     if norm == "token":
@@ -187,31 +135,28 @@ def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor, r
 
 
 def effective_positive_share(rewards, c: float = 0.0) -> float:
-    """p~ = sum_{R_i > c} (R_i - c) / sum_i |R_i - c| (ALGORITHMS.md §3.1, multi-level, derived).
-
-    For R in {+1, -1} with a share p of positives this is Eq. 12, p~ = p(1-c) / (1 + (1-2p)c).
-    """
+    """p~ = sum_{R_i > c} (R_i - c) / sum_i |R_i - c|: the share of the gradient's total weight that
+    pushes samples up (docs/DERIVATIONS.md). For R in {+1, -1} and a share p of positives this is
+    [TOPR] Eq. 12, p~ = p(1-c) / (1 + (1-2p)c)."""
     r = np.asarray(rewards, dtype=float) - c
     total = np.abs(r).sum()
     return float(r[r > 0].sum() / total) if total > 0 else float("nan")
 
 
 def p_tilde_pm1(p: float, c: float) -> float:
-    """Eq. 12: the effective positive proportion for rewards +1/-1, true positive share p, baseline c."""
+    """[TOPR] Eq. 12: the effective positive share for rewards +1/-1, a share p of positives and
+    baseline c."""
     return p * (1 - c) / (1 + (1 - 2 * p) * c)
 
 
 def c_for_p_tilde(p: float, p_tilde: float) -> float:
-    """The inverse of Eq. 12 (derived): the baseline c that gives p~ from a true share p."""
+    """The inverse of Eq. 12 (solved for c): the baseline c that gives p~ from a true share p."""
     return (p - p_tilde) / (p + p_tilde - 2 * p * p_tilde)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Data: rewards, generation, files, selection
-# ---------------------------------------------------------------------------------------------------
 def default_baseline(reward: str) -> tuple[float, float]:
-    """(c, split) when not given: TOPR's sign split with c = -0.8 for pm1; [CR] Eq. 4 (c = 0, split 1)
-    for the task's rewards in [0, 1], under which c = -0.8 and split 0 leave no negative at all."""
+    """(c, split) when not given: [TOPR]'s sign split with c = -0.8 for pm1; [CR] Eq. 4 (c = 0,
+    split 1) for the task's rewards in [0, 1], where c = -0.8, split 0 would leave no negative."""
     return (-0.8, 0.0) if reward == PM1 else (0.0, 1.0)
 
 
@@ -220,6 +165,226 @@ def negative_share(rewards, c: float, split: float) -> float:
     return float(np.mean(np.asarray(rewards, dtype=float) - c < split))
 
 
+# --------------------------------------------------------------------------------------------------
+# Flags and inputs
+# --------------------------------------------------------------------------------------------------
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+nonnegative_int.__name__ = "non-negative integer"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--task", default="countdown", help="task module in tasks/")
+    p.add_argument("--model", default="sft",
+                   help="`sft` (the newest sft.py run of --task), a folder or a hub id")
+    p.add_argument("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    # the data (Algorithm 1, first lines)
+    p.add_argument("--data", default=None,
+                   help="JSONL of samples to train on instead of the first iteration's samples")
+    p.add_argument("--iterations", type=common.positive_int, default=6,
+                   help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
+    p.add_argument("--prompts", type=common.positive_int, default=500,
+                   help="training prompts an iteration")
+    p.add_argument("--n", type=common.positive_int, default=8, help="completions per prompt")
+    p.add_argument("--temperature", type=common.positive_float, default=1.0,
+                   help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
+    p.add_argument("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
+    p.add_argument("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
+                   help="uniform: every sample; anna-karenina: first positive per prompt plus its "
+                        "negatives")
+    p.add_argument("--keep", type=nonnegative_int, default=0,
+                   help="samples an iteration after selection (0: all it selects); anna-karenina "
+                        "fills with random negatives up to this number")
+    # the loss
+    p.add_argument("--loss", choices=list(LIMITS), default="topr",
+                   help="truncation limits of Table 1")
+    p.add_argument("--reward", default=PM1,
+                   help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
+                        "(A for the first half of all epochs, then B)")
+    p.add_argument("--c", type=common.finite_float, default=None,
+                   help="baseline: train on R - c (Eqs. 9-10); default -0.8 with pm1 (the largest "
+                        "p~ tried, the best; docs/RESULTS.md), 0 with the task's rewards ([CR] "
+                        "Eq. 4)")
+    p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
+                   help="T- is R - c < split: 0 [TOPR] (by sign), 1 [CR] Eq. 4; default 0 with "
+                        "pm1, 1 with the task's rewards")
+    p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
+                   help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over "
+                        "all tokens")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start, data generation included (then "
+                        "evaluate and save as at the end)")
+    p.add_argument("--epochs", type=common.positive_int, default=1,
+                   help="passes over each iteration's data")
+    p.add_argument("--batch-size", type=common.positive_int, default=64,
+                   help="samples per optimizer step")
+    p.add_argument("--lr", type=common.positive_float, default=1e-4,
+                   help="AdamW lr, constant ([TOPR]); larger lowered accuracy (docs/RESULTS.md)")
+    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    p.add_argument("--micro-batch", type=common.positive_int, default=64,
+                   help="samples per forward/backward pass: memory only, same gradient")
+    p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
+    p.add_argument("--sizes", default=None,
+                   help="difficulty levels, comma-separated (Countdown: numbers a puzzle); "
+                        "default: the task's SIZES")
+    p.add_argument("--problems", default=None,
+                   help="training problems from a JSONL file or the hub instead of the generator")
+    p.add_argument("--train-size", type=common.positive_int, default=20000,
+                   help="training problems per size")
+    # evaluation
+    p.add_argument("--eval-every", type=nonnegative_int, default=0,
+                   help="also evaluate every N steps (0: at the end of each iteration only)")
+    p.add_argument("--eval-sizes", default=None,
+                   help="difficulty levels of the held-out evaluation, comma-separated; default: "
+                        "the task's SIZES")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems per size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8,
+                   help="samples a problem at temperature 1")
+    p.add_argument("--save-every", type=common.positive_int, default=100,
+                   help="checkpoint every N steps")
+    # system
+    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
+                   help="generation engine: hf (instant start, as fast as vLLM for the tiny model "
+                        "on a CPU), vllm (GPU), auto")
+    p.add_argument("--seed", type=nonnegative_int, default=0)
+    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    return p, p.parse_args(argv)
+
+
+def parse_sizes(text: str | None, default: tuple[int, ...], flag: str) -> list[int]:
+    if text is None:
+        return list(default)
+    try:
+        sizes = [int(s) for s in str(text).split(",")]
+    except ValueError:
+        raise common.UsageError(f"{flag}: expected comma-separated integers, got {text!r}") \
+            from None
+    return sizes
+
+
+def check_args(args, parser):
+    """Every flag and path checked before anything is loaded: one line and exit status 2. Returns
+    the task module. Fills the reward's default baseline and split (default_baseline)."""
+    try:
+        task = get_task(args.task)
+        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
+        if args.reward not in variants:
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
+        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
+            raise ValueError("--reward A+B needs the task's variants A and B")
+        if args.top_p == 0:
+            raise ValueError("--top-p must be in (0, 1], got 0")
+        for flag in ("out", "resume", "data", "problems", "model"):
+            if getattr(args, flag) == "":
+                raise ValueError(f"--{flag} is empty")
+        args.sizes_list = parse_sizes(args.sizes, task.SIZES, "--sizes")
+        args.eval_sizes_list = parse_sizes(args.eval_sizes, task.SIZES, "--eval-sizes")
+        if args.data is not None and not os.path.isfile(args.data):
+            raise ValueError(f"--data {args.data}: no such file")
+        if args.problems not in (None, "hub") and not os.path.isfile(args.problems) \
+                and not common.HUB_ID.match(args.problems):
+            raise ValueError(f"--problems {args.problems}: no such file (nor `hub`, nor a hub id)")
+        base_c, base_split = default_baseline(args.reward)
+        args.c = base_c if args.c is None else args.c
+        args.split = base_split if args.split is None else args.split
+        args.out = args.out or common.default_out_dir("topr", args.task)
+        args.model_path = common.resolve_model_path(args.model, task=args.task)
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    return task
+
+
+@dataclass
+class Position:
+    """Where training stands: the next step's iteration, epoch and batch in the epoch; steps
+    done so far."""
+    iteration: int = 0
+    epoch: int = 0
+    batch: int = 0
+    step: int = 0
+
+    def after_step(self, n_batches: int, epochs: int) -> Position:
+        batch, epoch, iteration = self.batch + 1, self.epoch, self.iteration
+        if batch == n_batches:
+            batch, epoch = 0, epoch + 1
+        if epoch == epochs:
+            epoch, iteration = 0, iteration + 1
+        return Position(iteration, epoch, batch, self.step + 1)
+
+
+@dataclass
+class Inputs:
+    """What a run reads before it trains: every file checked (load_inputs)."""
+    task: object
+    model: torch.nn.Module
+    tokenizer: object
+    pool: list                    # training problems
+    prompts: list                 # their prompt token ids
+    eval_sets: dict               # size -> (problems, prompt ids)
+    data: dict                    # iteration -> rows already on hand (--data, or a resumed file)
+    start: Position
+    trainer_state: dict | None    # optimizer and RNG state of the checkpoint resumed from
+    run: common.Run
+
+
+def load_inputs(args, task, parser, device: str) -> Inputs:
+    """Problems, model (or the checkpoint resumed from), data files and the run folder; every bad
+    file is one line and exit status 2."""
+    try:
+        if args.problems:
+            pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
+        else:
+            pool = [p for n in args.sizes_list
+                    for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
+        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
+                         for n in args.eval_sizes_list}
+        ckpt = common.checkpoint_path(os.path.join(args.out, "checkpoint")) if args.resume else None
+        if args.resume and ckpt is None:
+            raise common.UsageError(f"--resume {args.resume}: no checkpoint to resume from")
+        state, start = read_trainer_state(ckpt) if ckpt else (None, Position())
+        model, tokenizer = common.load_model(ckpt or args.model_path, device=device)
+        style = common.prompt_style(model, tokenizer)
+        data = {}
+        if args.data:
+            data[0] = read_rows(args.data, task, tokenizer, style)
+            if any("lp_mu" not in r for r in data[0]):  # mu: the start model at T = 1, never
+                # the checkpoint resumed from
+                mu = common.load_model(args.model_path, device=device)[0] if ckpt else model
+                fill_lp_mu(data[0], mu, tokenizer.pad_token_id, args.micro_batch)
+        own = os.path.join(args.out, f"data-{start.iteration}.jsonl")
+        if ckpt and start.iteration not in data and os.path.exists(own):
+            data[start.iteration] = read_rows(own, task, tokenizer, style)
+        run = common.Run(args.out, vars(args), resume=bool(args.resume))
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
+                 for n, ps in eval_problems.items()}
+    return Inputs(task, model, tokenizer, pool, common.encode_prompts(task, pool, tokenizer, style),
+                  eval_sets, data, start, state, run)
+
+
+def read_trainer_state(ckpt: str) -> tuple[dict, Position]:
+    try:
+        state = common.load_trainer_state(ckpt)
+        at = Position(*(state[k] for k in ("iteration", "epoch", "batch", "step")))
+    except Exception as e:  # a torn or foreign file: torch raises many kinds
+        raise common.UsageError(f"{ckpt}/trainer_state.pt: not a topr.py checkpoint "
+                                f"({type(e).__name__})") from None
+    return state, at
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: rewards, generation, files, selection
+# --------------------------------------------------------------------------------------------------
 def reward_of(task, problem: dict, text: str, variant: str) -> float:
     if variant == PM1:
         return 1.0 if task.is_correct(problem, text) else -1.0
@@ -227,29 +392,32 @@ def reward_of(task, problem: dict, text: str, variant: str) -> float:
 
 
 def variant_at(reward: str, epoch: int, total_epochs: int) -> str:
-    """The reward variant of global epoch `epoch` (0-based, over all iterations). "A+B": the first half of
-    all epochs with A, the rest with B ([CR] "train with A, then continue with B")."""
+    """The reward variant of global epoch `epoch` (0-based, over all iterations). "A+B": the first
+    half of all epochs with A, the rest with B ([CR] §5.1: "Reward B TOPR after using Reward A")."""
     if reward == "A+B":
         return "A" if epoch < max(1, total_epochs // 2) else "B"
     return reward
 
 
-def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration, variant) -> list[dict]:
-    """n samples per prompt from the engine's current weights (mu), with their behaviour log-probs and
-    their reward under `variant` (training recomputes rewards from the text, so a file serves any variant)."""
-    sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               top_p=args.top_p)
+def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
+                  variant) -> list[dict]:
+    """n samples per prompt from the engine's current weights (mu), with their behaviour log-probs
+    and their reward under `variant` (training recomputes rewards from the text: a file serves any
+    variant)."""
+    sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens,
+                               temperature=args.temperature, top_p=args.top_p)
+    mu = f"iteration {iteration} policy, T={args.temperature} top_p={args.top_p}"
     rows = []
     for start in range(0, len(problems), 256):
         groups = engine.generate(prompts[start:start + 256], sc)
         for j, (problem, group) in enumerate(zip(problems[start:start + 256], groups)):
             for s in group:
-                rows.append({"problem": problem, "prompt_index": start + j, "prompt_ids": s.prompt_ids,
-                             "completion_ids": s.ids, "completion": s.text,
-                             "prompt": tokenizer.decode(s.prompt_ids), "grade": task.grade(problem, s.text),
-                             "reward": reward_of(task, problem, s.text, variant), "finished": s.finished,
-                             "lp_mu": float(sum(s.logprobs)), "mu": f"iteration {iteration} policy, "
-                             f"T={args.temperature} top_p={args.top_p}"})
+                rows.append({"problem": problem, "prompt_index": start + j,
+                             "prompt_ids": s.prompt_ids, "completion_ids": s.ids,
+                             "completion": s.text, "prompt": tokenizer.decode(s.prompt_ids),
+                             "grade": task.grade(problem, s.text),
+                             "reward": reward_of(task, problem, s.text, variant),
+                             "finished": s.finished, "lp_mu": float(sum(s.logprobs)), "mu": mu})
     return rows
 
 
@@ -258,44 +426,43 @@ def write_rows(path: str, rows: list[dict]) -> None:
     with open(path + ".tmp", "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
 
 
 def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
-    """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids`/`completion_ids`
-    are used when present (else the prompt is rebuilt and the text tokenized, EOS appended when
-    `finished` is not false); `lp_mu` may be missing, then it is recomputed (see main). ValueError if bad."""
+    """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids` and
+    `completion_ids` are used when present (else the prompt is rebuilt and the text tokenized, EOS
+    appended when `finished` is not false); `lp_mu` may be missing (then fill_lp_mu). UsageError
+    naming the file and line if anything is wrong."""
     rows = []
-    try:
-        with open(path) as f:
-            lines = f.readlines()
-    except OSError as e:
-        raise ValueError(f"--data {path}: {e.strerror}") from None
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for i, r in enumerate(common.read_jsonl(path, "--data file"), 1):
+        where = f"{path}:{i}"
+        if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
+            raise common.UsageError(f"{where}: needs a `problem` object and a `completion` string")
         try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            raise ValueError(f"--data {path}:{i}: not valid JSON") from None
-        if not (isinstance(r, dict) and isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
-            raise ValueError(f"--data {path}:{i}: needs a `problem` object and a `completion` string")
-        if "lp_mu" in r and not (isinstance(r["lp_mu"], (int, float)) and math.isfinite(r["lp_mu"])):
-            raise ValueError(f"--data {path}:{i}: lp_mu must be a finite number")
-        try:  # the task's own prompt and checker must accept the problem
-            task.prompt(r["problem"], "compact")
-            r.setdefault("grade", task.grade(r["problem"], r["completion"]))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"--data {path}:{i}: `problem` is not a {task.NAME} problem") from None
-        r.setdefault("prompt_index", json.dumps(r["problem"], sort_keys=True))
+            r["problem"] = task.problem_from_row(r["problem"])
+        except ValueError as e:
+            raise common.UsageError(f"{where}: `problem` is not a {task.NAME} problem ({e})") \
+                from None
+        lp_mu = r.get("lp_mu", 0.0)
+        if not (isinstance(lp_mu, (int, float)) and math.isfinite(lp_mu)):
+            raise common.UsageError(f"{where}: lp_mu must be a finite number")
+        for key in ("prompt_ids", "completion_ids"):
+            if key in r and not (isinstance(r[key], list) and all(type(t) is int for t in r[key])):
+                raise common.UsageError(f"{where}: {key} must be a list of token ids")
+        r["grade"] = task.grade(r["problem"], r["completion"])
+        r.setdefault("prompt_index", task.problem_key(r["problem"]))
         if "prompt_ids" not in r:
             r["prompt_ids"] = common.encode_prompts(task, [r["problem"]], tokenizer, style)[0]
         if "completion_ids" not in r:
             eos = [tokenizer.eos_token_id] if r.get("finished", True) else []
-            r["completion_ids"] = tokenizer(r["completion"], add_special_tokens=False)["input_ids"] + eos
+            ids = tokenizer(r["completion"], add_special_tokens=False)["input_ids"]
+            r["completion_ids"] = ids + eos
         rows.append(r)
     if not rows:
-        raise ValueError(f"--data {path} holds no samples")
+        raise common.UsageError(f"--data {path} holds no samples")
     return rows
 
 
@@ -311,10 +478,30 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int) -> None:
                 r.setdefault("lp_mu", v)
 
 
+def iteration_data(it: int, inp: Inputs, engine, args) -> list[dict]:
+    """The samples of iteration `it`: already on hand (--data, a resumed file), or fresh from
+    mu = pi_{it-1}, written to RUN/data-IT.jsonl. They depend on (seed, iteration) only."""
+    if it in inp.data:
+        return inp.data.pop(it)
+    t0 = time.perf_counter()
+    inp.model.eval()
+    engine.sync(inp.model)
+    torch.manual_seed(args.seed * 1009 + it)
+    rng = np.random.default_rng([args.seed, it])
+    idx = rng.choice(len(inp.pool), min(args.prompts, len(inp.pool)), replace=False)
+    variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
+    rows = generate_rows(engine, inp.task, [inp.pool[i] for i in idx],
+                         [inp.prompts[i] for i in idx], inp.tokenizer, args, it, variant)
+    write_rows(inp.run.path(f"data-{it}.jsonl"), rows)
+    tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
+               f"{time.perf_counter() - t0:.1f}s")
+    return rows
+
+
 def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator) -> list[dict]:
-    """uniform: every sample (or `keep` of them at random). anna-karenina (paper §4.3): the first correct
-    sample of each prompt and every incorrect one; with `keep`, the positives plus random negatives up to
-    `keep` samples."""
+    """uniform: every sample (or `keep` of them at random). anna-karenina ([TOPR] §4.3): the first
+    correct sample of each prompt and every incorrect one; with `keep`, the positives plus random
+    negatives up to `keep` samples."""
     if sampling == "uniform":
         if keep and keep < len(rows):
             return [rows[i] for i in sorted(rng.choice(len(rows), keep, replace=False))]
@@ -329,194 +516,164 @@ def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator)
             negatives.append(r)
     if keep:
         fill = max(0, keep - len(positives))
-        negatives = [negatives[i] for i in sorted(rng.choice(len(negatives), min(fill, len(negatives)),
-                                                             replace=False))]
+        chosen = rng.choice(len(negatives), min(fill, len(negatives)), replace=False)
+        negatives = [negatives[i] for i in sorted(chosen)]
         positives = positives[:keep]
     return positives + negatives
 
 
-# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Epoch:
+    """One pass over an iteration's selected samples under one reward variant."""
+    variant: str
+    rewards: list[float]          # R of every selected sample under `variant`
+    negative_share: float         # the share of them in T- (R - c < split)
+    batches: list[np.ndarray]     # sample indices of each minibatch, in order
+
+
+def plan_epoch(data: list[dict], at: Position, task, args) -> Epoch:
+    """Rewards under this epoch's variant and a seeded shuffle into minibatches; prints the data's
+    composition (p, p~, negative share) at the start of the epoch."""
+    variant = variant_at(args.reward, at.iteration * args.epochs + at.epoch,
+                         args.iterations * args.epochs)
+    rewards = [reward_of(task, r["problem"], r["completion"], variant) for r in data]
+    order = np.random.default_rng([args.seed, at.iteration, at.epoch, 2]).permutation(len(data))
+    neg = negative_share(rewards, args.c, args.split)
+    if at.batch == 0:
+        p = float(np.mean([r["grade"] == "correct" for r in data]))
+        eq12 = f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""
+        tqdm.write(f"iteration {at.iteration} epoch {at.epoch}: {len(data)} samples "
+                   f"({args.sampling}), reward {variant}, correct p={p:.3f}, effective positive "
+                   f"share p~={effective_positive_share(rewards, args.c):.3f}{eq12}, "
+                   f"negative share {neg:.3f}")
+        if neg == 0 and p < 1:
+            tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): this is "
+                       "reward-weighted SFT, not TOPR")
+    return Epoch(variant, rewards, neg, [order[s:s + args.batch_size]
+                                         for s in range(0, len(order), args.batch_size)])
+
+
+# --------------------------------------------------------------------------------------------------
 # Training
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, pad_id: int,
+              step: int) -> dict:
+    """One optimizer step of Algorithm 1 on a minibatch, in micro-batches of --micro-batch (the same
+    gradient). Stops the run (exit 1) before optimizer.step() if the loss or gradient is not finite.
+    Returns the step's metrics."""
+    limits = LIMITS[args.loss]
+    device = next(model.parameters()).device
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    n_tokens = sum(len(r["completion_ids"]) for r in batch)
+    loss_sum, lws, positives = 0.0, [], []
+    for s in range(0, len(batch), args.micro_batch):
+        mb = batch[s:s + args.micro_batch]
+        r = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M]
+        logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
+                                                    [x["completion_ids"] for x in mb], pad_id)
+        lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)  # [M]
+        loss = topr_loss(logprobs, mask, lp_mu, r, *limits, c=args.c, norm=args.loss_norm,
+                         split=args.split)
+        # each micro-batch weighted by its share, so the sum is the loss of the whole batch
+        share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(mb) / len(batch)
+        (loss * share).backward()
+        loss_sum += loss.item() * share
+        lws.append((logprobs.detach() * mask).sum(-1) - lp_mu)
+        positives.append((r - args.c) >= args.split)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
+    common.check_finite(step, NAN_HINT, loss=loss_sum, grad_norm=grad_norm)
+    optimizer.step()
+    lw, pos = torch.cat(lws), torch.cat(positives)
+    alpha = truncated_ratio(lw, pos, *limits)
+
+    def mean_or_none(x):
+        return x.mean().item() if len(x) else None
+    return {"loss": loss_sum, "reward": float(np.mean(rewards)),
+            "accuracy": float(np.mean([x["grade"] == "correct" for x in batch])),
+            "log_ratio": lw.mean().item(), "log_ratio_max_abs": lw.abs().max().item(),
+            "log_ratio_pos": mean_or_none(lw[pos]), "log_ratio_neg": mean_or_none(lw[~pos]),
+            "alpha_neg": mean_or_none(alpha[~pos]), "negatives": int((~pos).sum()),
+            "grad_norm": grad_norm, "samples": len(batch)}
+
+
+def evaluate(engine, inp: Inputs, args, step: int) -> dict:
+    """Held-out accuracy and reward per size (common.evaluate: greedy, --eval-k samples at T=1)."""
+    inp.model.eval()
+    variant = "original" if args.reward in (PM1, "A+B") else args.reward
+    metrics = {}
+    for n, (problems, prompts) in inp.eval_sets.items():
+        metrics.update(common.evaluate(engine, inp.task, problems, prompts, k=args.eval_k,
+                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens,
+                                       reward_variant=variant))
+    tqdm.write(f"step {step}: " + "  ".join(
+        f"{k}={v:.3f}" for k, v in metrics.items()
+        if k.endswith(("sampled/accuracy", "greedy/format_rate"))))
+    return metrics
+
+
+def save(inp: Inputs, optimizer, at: Position) -> None:
+    """The checkpoint (atomic): weights, optimizer, RNG, and the position of the next step."""
+    common.save_checkpoint(inp.run.path("checkpoint"), inp.model, inp.tokenizer,
+                           {"iteration": at.iteration, "epoch": at.epoch, "batch": at.batch,
+                            "step": at.step, "optimizer": optimizer.state_dict(),
+                            "rng": common.rng_state()})
+
+
 def main(argv=None):
     started = time.time()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
+    task = check_args(args, parser)
     common.setup(args.seed, args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    out = args.out or common.default_out_dir("topr", args.task)
-    limits = LIMITS[args.loss]
-    base_c, base_split = default_baseline(args.reward)
-    args.c = base_c if args.c is None else args.c
-    args.split = base_split if args.split is None else args.split
-
-    try:  # every bad input surfaces here, before any training: one line, exit status 2
-        task = get_task(args.task)
-        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
-        if args.reward not in variants:
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
-        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
-            raise ValueError("--reward A+B needs the task's variants A and B")
-        if not 0 < args.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-        if args.keep < 0 or args.eval_every < 0:
-            raise ValueError("--keep and --eval-every must be >= 0")
-        try:
-            sizes = [int(s) for s in str(args.num_numbers).split(",")]
-            eval_sizes = [int(s) for s in str(args.eval_numbers).split(",")]
-        except ValueError:
-            raise ValueError(f"--num-numbers/--eval-numbers: expected comma-separated integers, got "
-                             f"{args.num_numbers!r}/{args.eval_numbers!r}") from None
-        if args.data and not os.path.isfile(args.data):
-            raise ValueError(f"--data {args.data}: no such file")
-        ckpt = common.checkpoint_path(os.path.join(out, "checkpoint")) if args.resume else None
-        if args.resume and ckpt is None:
-            raise ValueError(f"--resume {args.resume}: no checkpoint to resume from")
-        ref_path = common.resolve_model_path(args.model, task=args.task)
-        if args.problems:
-            pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
-        else:
-            pool = [p for n in sizes for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed) for n in eval_sizes}
-        model, tokenizer = common.load_model(ckpt or ref_path, device=device)
-        style = common.prompt_style(model, tokenizer)
-        given = read_rows(args.data, task, tokenizer, style) if args.data else None
-        if given is not None and any("lp_mu" not in r for r in given):
-            # mu of a file from elsewhere: the starting model at T = 1, never a resumed checkpoint
-            mu_model = common.load_model(ref_path, device=device)[0] if ckpt else model
-            fill_lp_mu(given, mu_model, tokenizer.pad_token_id, args.micro_batch)
-        run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-    prompts_of = common.encode_prompts(task, pool, tokenizer, style)
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style)) for n, ps in eval_problems.items()}
+    inp = load_inputs(args, task, parser, "cuda" if torch.cuda.is_available() else "cpu")
+    model, run, at = inp.model, inp.run, inp.start
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    it, epoch, batch_index, step = 0, 0, 0, 0  # where training stands: iteration, epoch, batch in epoch
-    if ckpt:
-        state = common.load_trainer_state(ckpt)
-        optimizer.load_state_dict(state["optimizer"])
-        common.set_rng_state(state["rng"])
-        it, epoch, batch_index, step = state["iteration"], state["epoch"], state["batch"], state["step"]
-        run.truncate(step)
-        print(f"resumed from {ckpt} at iteration {it}, epoch {epoch}, step {step}")
-    engine = common.make_engine(args.engine, model, tokenizer, ckpt or ref_path, seed=args.seed)
+    if inp.trainer_state:
+        optimizer.load_state_dict(inp.trainer_state["optimizer"])
+        common.set_rng_state(inp.trainer_state["rng"])
+        run.truncate(at.step)
+        print(f"resumed at iteration {at.iteration}, epoch {at.epoch}, step {at.step}")
+    engine = common.make_engine(args.engine, model, inp.tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)
-    print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from {ref_path}, engine {engine.name}, "
-          f"loss {args.loss} (a+,b+,a-,b-)={limits}, c={args.c}, split={args.split:g}, run folder {run.dir}")
-
-    def evaluate():
-        model.eval()
-        metrics = {}
-        for n, (problems, prompts) in eval_sets.items():
-            metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k, prefix=f"eval{n}/",
-                                           max_new_tokens=args.max_new_tokens,
-                                           reward_variant="original" if args.reward in (PM1, "A+B") else args.reward))
-        tqdm.write(f"step {step}: " + "  ".join(f"{k}={v:.3f}" for k, v in metrics.items()
-                                                if k.endswith(("sampled/accuracy", "greedy/format_rate"))))
-        return metrics
-
-    if step == 0:
-        run.log(0, evaluate())
-    total_epochs = args.iterations * args.epochs
-    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
-    out_of_time = False
-    while it < args.iterations and not out_of_time:
-        # 1. the data of this iteration: the given file, the file written earlier (resume), or fresh samples
-        path = run.path(f"data-{it}.jsonl")
-        if it == 0 and given is not None:
-            rows = given
-        elif os.path.exists(path):
-            rows = read_rows(path, task, tokenizer, style)
-        else:
+    print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
+          f"engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, c={args.c:g}, "
+          f"split={args.split:g}, run folder {run.dir}")
+    if at.step == 0:
+        run.log(0, evaluate(engine, inp, args, 0))
+    deadline = started + 60 * args.time_limit if args.time_limit else math.inf
+    data = epoch = None
+    with common.StopOnInterrupt() as stop:
+        while at.iteration < args.iterations:
+            if data is None or (at.epoch == 0 and at.batch == 0):
+                # 1. this iteration's samples from mu, 2. the selection
+                rows = iteration_data(at.iteration, inp, engine, args)
+                data = select(rows, args.sampling, args.keep,
+                              np.random.default_rng([args.seed, at.iteration, 1]))
+            if epoch is None or at.batch == 0:
+                epoch = plan_epoch(data, at, task, args)
+            # 3. one optimizer step on the next minibatch
             t0 = time.perf_counter()
-            model.eval()
-            engine.sync(model)  # mu_i = pi_{i-1}
-            torch.manual_seed(args.seed * 1009 + it)  # the data depend on (seed, iteration) only
-            idx = np.random.default_rng([args.seed, it]).choice(len(pool), min(args.prompts, len(pool)), replace=False)
-            rows = generate_rows(engine, task, [pool[i] for i in idx], [prompts_of[i] for i in idx], tokenizer,
-                                 args, it, variant_at(args.reward, it * args.epochs, total_epochs))
-            write_rows(path, rows)
-            tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
-                       f"{time.perf_counter() - t0:.1f}s -> {path}")
-        data = select(rows, args.sampling, args.keep, np.random.default_rng([args.seed, it, 1]))
-
-        # 2. train --epochs passes over it
-        while epoch < args.epochs and not out_of_time:
-            variant = variant_at(args.reward, it * args.epochs + epoch, total_epochs)
-            rewards_all = [reward_of(task, r["problem"], r["completion"], variant) for r in data]
-            neg_share = negative_share(rewards_all, args.c, args.split)
-            if batch_index == 0:
-                p = float(np.mean([r["grade"] == "correct" for r in data]))
-                tqdm.write(f"iteration {it} epoch {epoch}: {len(data)} samples ({args.sampling}), reward {variant}, "
-                           f"correct p={p:.3f}, effective positive share p~={effective_positive_share(rewards_all, args.c):.3f}"
-                           + (f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else "")
-                           + f", negative share {neg_share:.3f}")
-                if neg_share == 0 and p < 1:
-                    tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): "
-                               "this is reward-weighted SFT, not TOPR")
-            order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data))
-            batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
-            bar = tqdm(total=len(batches), initial=batch_index, desc=f"topr it {it} ep {epoch}", dynamic_ncols=True)
-            while batch_index < len(batches):
-                t0 = time.perf_counter()
-                batch = [data[i] for i in batches[batch_index]]
-                rewards = [rewards_all[i] for i in batches[batch_index]]
-                model.train()
-                optimizer.zero_grad(set_to_none=True)
-                n_tokens = sum(len(r["completion_ids"]) for r in batch)
-                loss_sum, lws, alphas, pos_all = 0.0, [], [], []
-                for s in range(0, len(batch), args.micro_batch):
-                    mb, r = batch[s:s + args.micro_batch], torch.tensor(rewards[s:s + args.micro_batch], device=device)
-                    logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
-                                                                [x["completion_ids"] for x in mb], tokenizer.pad_token_id)
-                    lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)
-                    loss = topr_loss(logprobs, mask, lp_mu, r, *limits, c=args.c, norm=args.loss_norm,
-                                     split=args.split)
-                    # weight each micro-batch by its share, so the sum is the loss of the whole batch
-                    share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(mb) / len(batch)
-                    (loss * share).backward()
-                    loss_sum += loss.item() * share
-                    lw = (logprobs.detach() * mask).sum(-1) - lp_mu
-                    positive = (r - args.c) >= args.split
-                    lws.append(lw)
-                    pos_all.append(positive)
-                    alphas.append(truncated_ratio(lw, positive, *limits))
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-                optimizer.step()
-                step += 1
-                batch_index += 1
-                lw, alpha, positive = torch.cat(lws), torch.cat(alphas), torch.cat(pos_all)
-                grades = [x["grade"] for x in batch]
-                row = {"iteration": it, "epoch": epoch, "loss": loss_sum, "reward": float(np.mean(rewards)),
-                       "accuracy": float(np.mean([g == "correct" for g in grades])),
-                       "log_ratio": lw.mean().item(), "log_ratio_max_abs": lw.abs().max().item(),
-                       "log_ratio_pos": lw[positive].mean().item() if positive.any() else None,
-                       "log_ratio_neg": lw[~positive].mean().item() if (~positive).any() else None,
-                       "alpha_neg": alpha[~positive].mean().item() if (~positive).any() else None,
-                       "negatives": int((~positive).sum()), "negative_share": neg_share, "grad_norm": grad_norm, "samples": len(batch),
-                       "time_step": time.perf_counter() - t0}
-                out_of_time = time.time() >= deadline
-                last = (batch_index == len(batches) and epoch == args.epochs - 1) or out_of_time
-                if (args.eval_every and step % args.eval_every == 0) or last:
-                    row.update(evaluate())
-                run.log(step, row)
-                bar.update(1)
-                bar.set_postfix(loss=f"{row['loss']:.3f}", lw=f"{row['log_ratio']:.2f}", gn=f"{grad_norm:.2f}")
-                if step % args.save_every == 0 or batch_index == len(batches) or out_of_time:
-                    done = batch_index == len(batches)
-                    e, b = (epoch + 1, 0) if done else (epoch, batch_index)
-                    i, e = (it + 1, 0) if e == args.epochs else (it, e)
-                    common.save_checkpoint(run.path("checkpoint"), model, tokenizer,
-                                           {"iteration": i, "epoch": e, "batch": b, "step": step,
-                                            "optimizer": optimizer.state_dict(), "rng": common.rng_state()})
-                if out_of_time:
-                    break
-            bar.close()
+            idx = epoch.batches[at.batch]
+            metrics = topr_step(model, optimizer, [data[i] for i in idx],
+                                [epoch.rewards[i] for i in idx], args,
+                                inp.tokenizer.pad_token_id, at.step + 1)
+            metrics.update(iteration=at.iteration, epoch=at.epoch,
+                           negative_share=epoch.negative_share,
+                           time_step=time.perf_counter() - t0)
+            done, at = at, at.after_step(len(epoch.batches), args.epochs)
+            out_of_time = time.time() >= deadline
+            if (args.eval_every and at.step % args.eval_every == 0) or out_of_time \
+                    or at.iteration != done.iteration:
+                metrics.update(evaluate(engine, inp, args, at.step))
+            run.log(at.step, metrics)
+            if at.step % args.save_every == 0 or at.batch == 0 or out_of_time or stop.requested:
+                save(inp, optimizer, at)
+            if stop.requested:
+                common.exit_interrupted("topr.py", run.dir, at.step)
             if out_of_time:
                 break
-            epoch, batch_index = epoch + 1, 0
-        it, epoch = it + 1, 0
-    common.save_checkpoint(run.path("final"), model, tokenizer)
+    common.save_checkpoint(run.path("final"), model, inp.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
     return run.dir

@@ -1,34 +1,47 @@
-"""topr.py: the taper, the truncated ratio in log space, the loss against SFT, p~, the tabular collapse of
-naive REINFORCE (Prop. 3.2), an end-to-end run with its data file, --data reuse, resume and bad input."""
+"""topr.py: the taper, the truncated ratio in log space, the loss against SFT and [CR] Eq. 4, the
+split by R - c, p~, the tabular collapse of naive REINFORCE (Prop. 3.2), end-to-end runs with their
+data file, --data reuse, resume after a kill (SIGKILL of a real process) or Ctrl-C, non-finite
+losses, bad files and flags.
+
+[TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
+       learning for LLMs", 2025, arXiv:2503.14286.
+[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning"."""
 import json
 import math
 import os
+import shutil
+import signal
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 import common
 import topr
-from conftest import run_until_killed
+from conftest import run_until_killed, write_jsonl
 
-LIMIT_SETS = [topr.LIMITS[name] for name in ("topr", "naive", "tis", "is", "sft")] + [(0.5, 2.0, 0.2, 3.0)]
+LIMIT_SETS = [topr.LIMITS[name] for name in ("topr", "naive", "tis", "is", "sft")] + [
+    (0.5, 2.0, 0.2, 3.0)]
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The taper rho (Eq. 11) and the truncated ratio
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_taper_values_at_and_around_its_limits():
     a, b = 0.5, 2.0
-    u = torch.tensor([a, b, 1.0, a * math.exp(-1), b * math.e, a - 1e-9, a + 1e-9, b - 1e-9, b + 1e-9],
-                     dtype=torch.float64)
+    u = torch.tensor([a, b, 1.0, a * math.exp(-1), b * math.e, a - 1e-9, a + 1e-9, b - 1e-9,
+                      b + 1e-9], dtype=torch.float64)
     rho = topr.taper(u, a, b)
     assert rho[:3].tolist() == [a, b, 1.0]                    # identity inside [a, b]
     assert rho[3].item() == pytest.approx(0.0, abs=1e-12)     # a (1 + ln(1/e)) = 0
     assert rho[4].item() == pytest.approx(2 * b)              # b (1 + ln e) = 2b
     assert torch.allclose(rho[5:], u[5:], atol=1e-8)          # continuous at both limits
-    assert topr.taper(torch.tensor([1e-30, 0.3]), 0.0, 1.0).tolist() == pytest.approx([1e-30, 0.3])  # a = 0
-    assert topr.taper(torch.tensor([1e6]), 0.0, math.inf).item() == 1e6                           # b = inf
+    small = torch.tensor([1e-30, 0.3])
+    assert topr.taper(small, 0.0, 1.0).tolist() == pytest.approx([1e-30, 0.3])   # a = 0
+    assert topr.taper(torch.tensor([1e6]), 0.0, math.inf).item() == 1e6           # b = inf
     # canonical positives (a = b = 1): 1 + ln u <= u, so J_TOPR <= J for R >= 0
     u = torch.logspace(-5, 5, 101, dtype=torch.float64)
     assert torch.all(topr.taper(u, 1.0, 1.0) <= u + 1e-12)
@@ -46,18 +59,20 @@ def test_u_times_taper_derivative_is_the_clamp(a, b):
 
 def test_ratio_on_hand_computed_cases():
     neg, pos = torch.tensor([False]), torch.tensor([True])
-    alpha = topr.truncated_ratio(torch.tensor([-1.0], dtype=torch.float64), neg, *topr.LIMITS["topr"])
-    assert alpha.item() == pytest.approx(math.exp(-1), abs=1e-12)      # 0.3679 (ALGORITHMS.md §6)
-    assert topr.truncated_ratio(torch.tensor([-1.0]), pos, *topr.LIMITS["topr"]).item() == 1.0  # positives: SFT
-    assert topr.truncated_ratio(torch.tensor([0.7]), neg, *topr.LIMITS["topr"]).item() == 1.0   # capped at b- = 1
-    assert topr.truncated_ratio(torch.tensor([0.7]), neg, *topr.LIMITS["is"]).item() == pytest.approx(math.exp(0.7))
-    assert topr.truncated_ratio(torch.tensor([0.7]), neg, *topr.LIMITS["sft"]).item() == 0.0  # negatives dropped
-    assert topr.truncated_ratio(torch.tensor([-50.0]), neg, *topr.LIMITS["naive"]).item() == 1.0
+    def ratio(lw, positive, loss):
+        return topr.truncated_ratio(torch.tensor([lw], dtype=torch.float64), positive,
+                                    *topr.LIMITS[loss]).item()
+    assert ratio(-1.0, neg, "topr") == pytest.approx(math.exp(-1), abs=1e-12)      # 0.3679
+    assert ratio(-1.0, pos, "topr") == 1.0                    # positives: SFT
+    assert ratio(0.7, neg, "topr") == 1.0                     # capped at b- = 1
+    assert ratio(0.7, neg, "is") == pytest.approx(math.exp(0.7))
+    assert ratio(0.7, neg, "sft") == 0.0                      # negatives dropped
+    assert ratio(-50.0, neg, "naive") == 1.0
 
 
 def test_log_space_ratio_is_finite_for_1000_token_sequences():
-    """LP = -6000 (1,000 tokens of -6), LP_mu = -6001: pi/mu = e, so alpha = 1 for a negative; exp(LP) would
-    be 0/0 in linear space."""
+    """LP = -6000 (1,000 tokens of -6), LP_mu = -6001: pi/mu = e, so alpha = 1 for a negative;
+    exp(LP) would be 0/0 in linear space."""
     logprobs = torch.full((2, 1000), -6.0, requires_grad=True)
     mask = torch.ones(2, 1000)
     lp_mu = torch.tensor([-6001.0, -5000.0])
@@ -68,12 +83,12 @@ def test_log_space_ratio_is_finite_for_1000_token_sequences():
     loss = topr.topr_loss(logprobs, mask, lp_mu, rewards)
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logprobs.grad).all()
-    assert loss.item() == pytest.approx(-(1.0 * -1 * -6.0) / 2)  # seq/len: LP/T = -6; the second term is 0
+    assert loss.item() == pytest.approx(-(1.0 * -1 * -6.0) / 2)  # seq/len: LP/T = -6; second term 0
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The loss
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def _batch(seed=0, n=6, t=7):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(n, t, 5, generator=g, dtype=torch.float64, requires_grad=True)
@@ -109,17 +124,16 @@ def test_loss_normalisations_and_split_on_hand_computed_tensors():
     lp_mu = torch.tensor([-3.0, -2.0])  # lw = [0, -1]
     r = torch.tensor([1.0, -1.0])
     e = math.exp(-1)
-    assert topr.topr_loss(logprobs, mask, lp_mu, r, norm="seq").item() == pytest.approx(-(-3 + e * 3) / 2)
-    assert topr.topr_loss(logprobs, mask, lp_mu, r, norm="seq/len").item() == pytest.approx(-(-1.5 + e * 3) / 2)
-    assert topr.topr_loss(logprobs, mask, lp_mu, r, norm="token").item() == pytest.approx(-(-3 + e * 3) / 3)
-    # baseline c = 0.5: R - c = [0.5, -1.5]; split 1 ([CR] Eq. 4): R = 0.5 < 1 is truncated, R = 1 is not
-    assert topr.topr_loss(logprobs, mask, lp_mu, r, c=0.5, norm="seq").item() == pytest.approx(
-        -(0.5 * -3 + e * -1.5 * -3) / 2)
+    def loss(rewards, **kw):
+        return topr.topr_loss(logprobs, mask, lp_mu, rewards, **kw).item()
+    assert loss(r, norm="seq") == pytest.approx(-(-3 + e * 3) / 2)
+    assert loss(r, norm="seq/len") == pytest.approx(-(-1.5 + e * 3) / 2)
+    assert loss(r, norm="token") == pytest.approx(-(-3 + e * 3) / 3)
+    # c = 0.5: R - c = [0.5, -1.5]; split 1 ([CR] Eq. 4): R = 0.5 < 1 is truncated, R = 1 is not
+    assert loss(r, c=0.5, norm="seq") == pytest.approx(-(0.5 * -3 + e * -1.5 * -3) / 2)
     r01 = torch.tensor([1.0, 0.1])
-    assert topr.topr_loss(logprobs, mask, lp_mu, r01, norm="seq", split=1.0).item() == pytest.approx(
-        -(1.0 * -3 + e * 0.1 * -3) / 2)
-    assert topr.topr_loss(logprobs, mask, lp_mu, r01, norm="seq", split=0.0).item() == pytest.approx(
-        -(1.0 * -3 + 0.1 * -3) / 2)
+    assert loss(r01, norm="seq", split=1.0) == pytest.approx(-(1.0 * -3 + e * 0.1 * -3) / 2)
+    assert loss(r01, norm="seq", split=0.0) == pytest.approx(-(1.0 * -3 + 0.1 * -3) / 2)
     # right-padding changes nothing
     pad = torch.cat([logprobs, torch.zeros(2, 4)], 1), torch.cat([mask, torch.zeros(2, 4)], 1)
     for norm in ("seq", "seq/len", "token"):
@@ -128,9 +142,9 @@ def test_loss_normalisations_and_split_on_hand_computed_tensors():
 
 
 def test_split_is_by_r_minus_c_not_by_r():
-    """c = 0.5, R = [1, 0.1]: R - c = [0.5, -0.4] puts the second sample in T- (truncated, alpha = e^-1);
-    a split by R alone (R >= 0) would give it alpha = 1. With split 1 and R = [1, 1.4], R - c = [0.5, 0.9]:
-    both are in T-, though R >= 1 for both."""
+    """c = 0.5, R = [1, 0.1]: R - c = [0.5, -0.4] puts the second sample in T- (truncated,
+    alpha = e^-1); a split by R alone (R >= 0) would give it alpha = 1. With split 1 and
+    R = [1, 1.4], R - c = [0.5, 0.9]: both are in T-, though R >= 1 for both."""
     logprobs = torch.tensor([[-1.0, -2.0], [-3.0, -1.0]], dtype=torch.float64)
     mask = torch.ones(2, 2, dtype=torch.float64)
     lp_mu = torch.tensor([-2.0, -3.0], dtype=torch.float64)  # lw = [-1, -1]
@@ -147,15 +161,15 @@ def test_split_is_by_r_minus_c_not_by_r():
 
 
 def test_task_rewards_default_to_the_reports_eq4():
-    """[CR] Eq. 4: grad = E_{R=1}[R grad log pi] + E_{R<1}[[pi/mu]_0^1 R grad log pi], no baseline. The
-    default (c, split) for the task's rewards gives exactly that loss, and leaves negatives, where the pm1
-    default c = -0.8 (split 0) would put every sample of reward A in T+ (reward-weighted SFT)."""
+    """[CR] Eq. 4: grad = E_{R=1}[R grad log pi] + E_{R<1}[[pi/mu]_0^1 R grad log pi], no baseline.
+    The default (c, split) for the task's rewards gives exactly that loss, and leaves negatives,
+    where the pm1 default c = -0.8 (split 0) would put every sample of reward A in T+."""
     assert topr.default_baseline("pm1") == (-0.8, 0.0)
     for variant in ("original", "A", "B", "A+B"):
         assert topr.default_baseline(variant) == (0.0, 1.0)
     c, split = topr.default_baseline("A")
     logits, ids, mask, lp_mu = _batch(seed=3)
-    rewards = torch.tensor([1.0, 0.1, 0.1, -0.006, 1.0, -0.0003], dtype=torch.float64)  # reward A levels
+    rewards = torch.tensor([1.0, 0.1, 0.1, -0.006, 1.0, -0.0003], dtype=torch.float64)  # reward A
     lp = _token_logprobs(logits, ids, mask)
     seq = lp.sum(-1)
     ratio = torch.exp(seq.detach() - lp_mu).clamp(0, 1)
@@ -163,15 +177,17 @@ def test_task_rewards_default_to_the_reports_eq4():
     loss = topr.topr_loss(lp, mask, lp_mu, rewards, c=c, split=split)
     (g1,) = torch.autograd.grad(loss, logits, retain_graph=True)
     (g2,) = torch.autograd.grad(eq4, logits)
-    assert loss.item() == pytest.approx(eq4.item(), abs=1e-12) and torch.allclose(g1, g2, atol=1e-12)
-    assert topr.negative_share(rewards.tolist(), -0.8, 0.0) == 0.0     # the old default: no negatives
+    assert loss.item() == pytest.approx(eq4.item(), abs=1e-12)
+    assert torch.allclose(g1, g2, atol=1e-12)
+    assert topr.negative_share(rewards.tolist(), -0.8, 0.0) == 0.0  # the old default: none
     assert topr.negative_share(rewards.tolist(), c, split) == pytest.approx(4 / 6)
 
 
 @pytest.mark.parametrize("limits", LIMIT_SETS)
 def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
     """Tabular: the autograd gradient of J = sum_y mu rho(pi/mu) R (Eq. 11) equals Eq. 7,
-    sum_y mu [pi/mu]_a^b R grad log pi, and so does topr_loss on the full 'dataset' weighted by mu."""
+    sum_y mu [pi/mu]_a^b R grad log pi, and so does topr_loss on the full 'dataset' weighted by
+    mu."""
     a_pos, b_pos, a_neg, b_neg = limits
     g = torch.Generator().manual_seed(1)
     theta = torch.randn(8, generator=g, dtype=torch.float64, requires_grad=True)
@@ -179,22 +195,26 @@ def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
     R = torch.tensor([1.0, -1.0, 0.5, -0.3, 1.0, -1.0, 0.2, -2.0], dtype=torch.float64)
     pi = torch.softmax(theta, 0)
     u = pi / mu
-    J = sum(mu[i] * topr.taper(u[i:i + 1], *((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg))) * R[i]
-            for i in range(8))
+    J = sum(mu[i] * topr.taper(u[i:i + 1], *((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
+            * R[i] for i in range(8))
     (g_rho,) = torch.autograd.grad(J.sum(), theta)
     logpi = torch.log_softmax(theta, 0)
-    clamp = torch.stack([u[i].detach().clamp(*((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg))) for i in range(8)])
+    clamp = torch.stack([u[i].detach().clamp(*((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
+                         for i in range(8)])
     (g_eq7,) = torch.autograd.grad((mu * clamp * R * logpi).sum(), theta)
     assert torch.allclose(g_rho, g_eq7, atol=1e-8)
     # the minibatch loss on one-token "sequences", rewards scaled by 8 mu (> 0, so no sign changes)
-    loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], torch.ones(8, 1, dtype=torch.float64), torch.log(mu), 8 * mu * R,
+    ones = torch.ones(8, 1, dtype=torch.float64)
+    loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu), 8 * mu * R,
                           *limits, norm="seq")
     (g_loss,) = torch.autograd.grad(loss, theta)
     assert torch.allclose(-g_loss, g_eq7, atol=1e-8)
 
 
 def test_effective_positive_share_values():
-    """ALGORITHMS.md §6: p = 0.1: c = 0 -> 0.1, c = -1 -> 1, c = 0.5 -> 0.0357; p = 0.5, c = 0.7 -> 0.15."""
+    """Eq. 12 by hand: p = 0.1: c = 0 -> 0.1, c = -1 -> 1, c = 0.5 -> 0.0357; p = 0.5, c = 0.7 ->
+    0.15;
+    the multi-level p~ of docs/DERIVATIONS.md reduces to Eq. 12 on +1/-1 data."""
     assert topr.p_tilde_pm1(0.1, 0.0) == pytest.approx(0.1)
     assert topr.p_tilde_pm1(0.1, -1.0) == pytest.approx(1.0)
     assert topr.p_tilde_pm1(0.1, 0.5) == pytest.approx(0.0357, abs=5e-5)
@@ -205,15 +225,33 @@ def test_effective_positive_share_values():
         assert topr.c_for_p_tilde(0.1, topr.p_tilde_pm1(0.1, c)) == pytest.approx(c)
     # two levels r+ > c > r-: p (r+ - c) / (p (r+ - c) + (1-p)(c - r-))
     rewards = [1.0] * 3 + [0.1] * 7
-    assert topr.effective_positive_share(rewards, 0.5) == pytest.approx(0.3 * 0.5 / (0.3 * 0.5 + 0.7 * 0.4))
+    assert topr.effective_positive_share(rewards, 0.5) == pytest.approx(
+        0.3 * 0.5 / (0.3 * 0.5 + 0.7 * 0.4))
 
 
-# ---------------------------------------------------------------------------------------------------
+def test_effective_positive_share_for_several_reward_levels():
+    """docs/DERIVATIONS.md: at pi = mu the update is sum_i (R_i - c) grad log pi(y_i); p~ is the share
+    of sum_i |R_i - c| carried by samples with R_i > c: sum_k p_k (r_k - c)^+ / sum_k p_k |r_k - c|
+    over the reward levels r_k with shares p_k. Reward B's four levels, then [CR] Eq. 4 (c = 0) on
+    the original reward, where nothing is pushed down (p~ = 1), then a baseline between levels."""
+    levels, shares = [1.0, 0.0, -0.1, -0.2], [0.3, 0.2, 0.3, 0.2]
+    rewards = [r for r, p in zip(levels, shares) for _ in range(round(100 * p))]
+    assert topr.effective_positive_share(rewards, 0.0) == pytest.approx(0.3 / (0.3 + 0.03 + 0.04))
+    c = -0.15
+    up = 0.3 * 1.15 + 0.2 * 0.15 + 0.3 * 0.05
+    assert topr.effective_positive_share(rewards, c) == pytest.approx(up / (up + 0.2 * 0.05))
+    original = [1.0] * 30 + [0.1] * 50 + [0.0] * 20
+    assert topr.effective_positive_share(original, 0.0) == 1.0
+    assert topr.effective_positive_share(original, 0.5) == pytest.approx(
+        0.3 * 0.5 / (0.3 * 0.5 + 0.5 * 0.4 + 0.2 * 0.5))
+
+
+# --------------------------------------------------------------------------------------------------
 # Proposition 3.2 on a tabular problem: naive REINFORCE collapses, TOPR stays bounded
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def _tabular_run(limits, steps, seed=0, lr=0.1):
-    """5 arms, mu = softmax(N(0,1)), R = [1,-1,-1,1,-1], pi starts at mu; exact full-batch gradient ascent
-    of Eq. 7 computed through topr_loss (ALGORITHMS.md §6 "collapse test")."""
+    """5 arms, mu = softmax(N(0,1)), R = [1,-1,-1,1,-1], pi starts at mu; exact full-batch gradient
+    ascent of Eq. 7 computed through topr_loss."""
     g = torch.Generator().manual_seed(seed)
     mu_logits = torch.randn(5, generator=g, dtype=torch.float64)
     mu = torch.softmax(mu_logits, 0)
@@ -221,28 +259,29 @@ def _tabular_run(limits, steps, seed=0, lr=0.1):
     theta = mu_logits.clone().requires_grad_(True)
     ones = torch.ones(5, 1, dtype=torch.float64)
     for _ in range(steps):
-        loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu), 5 * mu * R, *limits,
-                              norm="seq")
+        loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu), 5 * mu * R,
+                              *limits, norm="seq")
         (grad,) = torch.autograd.grad(loss, theta)
         with torch.no_grad():
             theta -= lr * grad
     pi = torch.softmax(theta.detach(), 0)
     naive_objective = (mu * R * torch.log(pi)).sum().item()  # Eq. 4
     u = pi / mu
-    j_topr = sum((mu[i] * topr.taper(u[i:i + 1], *(limits[:2] if R[i] >= 0 else limits[2:])) * R[i]).item()
-                 for i in range(5))  # Eq. 11
+    j_topr = sum((mu[i] * topr.taper(u[i:i + 1], *(limits[:2] if R[i] >= 0 else limits[2:]))
+                  * R[i]).item() for i in range(5))  # Eq. 11
     return theta.detach(), pi, mu, grad.norm().item(), naive_objective, j_topr
 
 
 def test_naive_reinforce_collapses_and_topr_stays_bounded():
-    """Seed 2 draws mu with more mass on negatives (0.71) than on positives. Seen: naive logit range 110 at
-    1k steps, 560 at 5k, |g| = 0.83 throughout; TOPR range 7.2, |g| = 2.4e-3, negatives at 7e-4."""
+    """Seed 2 draws mu with more mass on negatives (0.71) than on positives. Seen: naive logit range
+    110 at 1k steps, 560 at 5k, |g| = 0.83 throughout; TOPR range 7.2, |g| = 2.4e-3, negatives at
+    7e-4."""
     theta_1k = _tabular_run(topr.LIMITS["naive"], 1000, seed=2)[0]
     theta, pi, mu, gnorm, naive_obj, _ = _tabular_run(topr.LIMITS["naive"], 5000, seed=2)
     spread_1k, spread = (theta_1k.max() - theta_1k.min()).item(), (theta.max() - theta.min()).item()
-    assert spread > 300 and spread > 4 * spread_1k  # logits run away, linearly in the number of steps
+    assert spread > 300 and spread > 4 * spread_1k  # logits run away, linearly in the steps
     assert gnorm > 0.5                          # and the gradient never vanishes: it keeps pushing
-    assert pi[[1, 2, 4]].max() < 1e-100         # every negative arm's probability is driven to 0 ...
+    assert pi[[1, 2, 4]].max() < 1e-100         # every negative arm's probability goes to 0 ...
     assert pi[3] < 1e-100                       # ... and even the less likely positive arm dies
     assert naive_obj > 100                      # Eq. 4 grows without bound
 
@@ -250,22 +289,22 @@ def test_naive_reinforce_collapses_and_topr_stays_bounded():
     assert (theta.max() - theta.min()).item() < 10 and gnorm < 1e-2
     assert pi[[1, 2, 4]].max() < 2e-3           # negatives are unlearned, but gently
     ratio_pi, ratio_mu = (pi[0] / pi[3]).item(), (mu[0] / mu[3]).item()
-    assert ratio_pi == pytest.approx(ratio_mu, rel=0.05)  # positives keep mu's proportions (SFT on T+)
+    assert ratio_pi == pytest.approx(ratio_mu, rel=0.05)  # positives keep mu's proportions
     # Prop. 3.2: J_TOPR <= sum_{T+} mu (1 + ln(pi/mu)) <= sum_{T+} mu (1 + ln(1/mu)) whatever pi
     assert j_topr <= (mu[[0, 3]] * (1 - torch.log(mu[[0, 3]]))).sum().item()
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # End to end on the tiny model: the data file, --data reuse, lp_mu recomputation, resume, bad input
-# ---------------------------------------------------------------------------------------------------
-RUN = ["--engine", "hf", "--threads", "1", "--seed", "0", "--num-numbers", "3", "--eval-numbers", "3", "--prompts", "6", "--n", "4",
-       "--train-size", "50",
-       "--max-new-tokens", "12", "--batch-size", "8", "--eval-size", "3", "--eval-k", "2", "--lr", "1e-3",
+# --------------------------------------------------------------------------------------------------
+RUN = ["--engine", "hf", "--threads", "1", "--seed", "0", "--sizes", "3", "--eval-sizes", "3",
+       "--prompts", "6", "--n", "4", "--train-size", "50", "--max-new-tokens", "12",
+       "--batch-size", "8", "--eval-size", "3", "--eval-k", "2", "--lr", "1e-3",
        "--reward", "original", "--c", "0.05"]
 
 
-def _weights(run_dir):
-    return AutoModelForCausalLM.from_pretrained(os.path.join(run_dir, "final")).state_dict()
+def _weights(run_dir, name="final"):
+    return AutoModelForCausalLM.from_pretrained(os.path.join(run_dir, name)).state_dict()
 
 
 def _same(a, b, atol=1e-6):
@@ -276,56 +315,69 @@ def _rows(path):
     return [json.loads(line) for line in open(path)]
 
 
+def _metrics(run_dir):
+    """metrics.jsonl without the wall-clock fields."""
+    return [{k: v for k, v in m.items() if k not in ("time", "time_step")}
+            for m in _rows(os.path.join(run_dir, "metrics.jsonl"))]
+
+
 def test_run_writes_its_data_and_data_reuse_trains_identically(tiny_path, tmp_path):
-    out = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2", "--out", str(tmp_path / "a")])
+    out = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2",
+                           "--out", str(tmp_path / "a")])
     rows = _rows(os.path.join(out, "data-0.jsonl"))
     assert len(rows) == 6 * 4
-    assert {"problem", "prompt_ids", "completion_ids", "completion", "reward", "grade", "lp_mu"} <= set(rows[0])
+    assert {"problem", "prompt_ids", "completion_ids", "completion", "reward", "grade",
+            "lp_mu"} <= set(rows[0])
     # the stored behaviour log-probs are the sampled model's own (T = 1): recomputing them agrees
     model, tok = common.load_model(tiny_path)
-    lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows],
-                                          tok.pad_token_id)
+    lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in rows],
+                                          [r["completion_ids"] for r in rows], tok.pad_token_id)
     assert torch.allclose((lp * mask).sum(-1), torch.tensor([r["lp_mu"] for r in rows]), atol=1e-3)
     metrics = _rows(os.path.join(out, "metrics.jsonl"))
     assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4, 5, 6]
-    assert abs(metrics[1]["log_ratio"]) < 1e-4           # pi = mu at the first step: every ratio is 1
+    assert abs(metrics[1]["log_ratio"]) < 1e-4    # pi = mu at the first step: every ratio is 1
     assert "eval3/sampled/accuracy" in metrics[-1]
-    assert not _same(_weights(out), AutoModelForCausalLM.from_pretrained(tiny_path).state_dict())  # it trained
+    start = AutoModelForCausalLM.from_pretrained(tiny_path).state_dict()
+    assert not _same(_weights(out), start)  # it trained
 
     data = os.path.join(out, "data-0.jsonl")
-    again = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2", "--data", data,
-                             "--out", str(tmp_path / "b")])
+    again = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2",
+                             "--data", data, "--out", str(tmp_path / "b")])
     assert _same(_weights(out), _weights(again))
-    # a file from elsewhere without behaviour log-probs (nor rewards or grades): mu is taken as the starting
-    # model at T = 1, which is what sampled these data, so training is the same again. (Token ids are kept:
-    # the random tiny model emits ids that do not survive a decode/encode round trip.)
+    # a file from elsewhere without behaviour log-probs (nor rewards or grades): mu is taken as the
+    # starting model at T = 1, which is what sampled these data, so training is the same again.
+    # (Token ids are kept: the random tiny model emits ids that do not survive a decode/encode round
+    # trip.)
     bare = tmp_path / "bare.jsonl"
-    bare.write_text("".join(json.dumps({k: r[k] for k in ("problem", "completion", "prompt_ids", "completion_ids")})
-                            + "\n" for r in rows))
-    third = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2", "--data", str(bare),
-                             "--out", str(tmp_path / "c")])
+    keys = ("problem", "completion", "prompt_ids", "completion_ids")
+    bare.write_text("".join(json.dumps({k: r[k] for k in keys}) + "\n" for r in rows))
+    third = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2",
+                             "--data", str(bare), "--out", str(tmp_path / "c")])
     assert _same(_weights(out), _weights(third), atol=1e-4)  # seen: 2e-5
 
 
 def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tiny_path, tmp_path, monkeypatch):
-    args = RUN + ["--model", tiny_path, "--iterations", "2", "--save-every", "2", "--sampling", "anna-karenina"]
+    args = RUN + ["--model", tiny_path, "--iterations", "2", "--save-every", "2",
+                  "--sampling", "anna-karenina"]
     straight = topr.main(args + ["--out", str(tmp_path / "a")])
 
     # killed in the second iteration, after its data were written
     run_until_killed(topr.main, args + ["--out", str(tmp_path / "b")], monkeypatch, step=5)
     resumed = topr.main(["--resume", str(tmp_path / "b")])
     assert _same(_weights(straight), _weights(resumed))
-    assert _rows(os.path.join(straight, "data-1.jsonl")) == _rows(os.path.join(resumed, "data-1.jsonl"))
+    assert _rows(os.path.join(straight, "data-1.jsonl")) == \
+        _rows(os.path.join(resumed, "data-1.jsonl"))
     assert [m["step"] for m in _rows(os.path.join(resumed, "metrics.jsonl"))] == \
         [m["step"] for m in _rows(os.path.join(straight, "metrics.jsonl"))]
 
 
 def test_task_reward_run_logs_its_negative_share_and_uses_eq4(tiny_path, tmp_path):
-    """--reward A without --c/--split: c = 0, split 1, and every sample that is not fully correct is in T-
-    (the old default c = -0.8 put none there)."""
+    """--reward A without --c/--split: c = 0, split 1, and every sample that is not fully correct is
+    in T- (the old default c = -0.8 put none there)."""
     args = [a for a in RUN if a not in ("--c", "0.05")]
     args[args.index("original")] = "A"
-    out = topr.main(args + ["--model", tiny_path, "--iterations", "1", "--out", str(tmp_path / "a")])
+    out = topr.main(args + ["--model", tiny_path, "--iterations", "1",
+                            "--out", str(tmp_path / "a")])
     config = json.load(open(os.path.join(out, "config.json")))
     assert (config["c"], config["split"]) == (0.0, 1.0)
     data = _rows(os.path.join(out, "data-0.jsonl"))
@@ -334,13 +386,15 @@ def test_task_reward_run_logs_its_negative_share_and_uses_eq4(tiny_path, tmp_pat
     assert share > 0 and all(m["negative_share"] == pytest.approx(share) for m in steps)
 
 
-def test_resume_with_data_lacking_lp_mu_takes_mu_from_the_start_model(tiny_path, tmp_path, monkeypatch):
-    """A --data file without lp_mu: mu is the starting model, also when the run resumes in iteration 0
-    from a checkpoint (whose weights are not mu)."""
-    first = topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--out", str(tmp_path / "gen")])
+def test_resume_with_data_lacking_lp_mu_takes_mu_from_the_start_model(tiny_path, tmp_path,
+                                                                      monkeypatch):
+    """A --data file without lp_mu: mu is the starting model, also when the run resumes in iteration
+    0 from a checkpoint (whose weights are not mu)."""
+    first = topr.main(RUN + ["--model", tiny_path, "--iterations", "1",
+                             "--out", str(tmp_path / "gen")])
     bare = tmp_path / "bare.jsonl"
-    bare.write_text("".join(json.dumps({k: r[k] for k in ("problem", "completion", "prompt_ids",
-                                                          "completion_ids")}) + "\n"
+    keys = ("problem", "completion", "prompt_ids", "completion_ids")
+    bare.write_text("".join(json.dumps({k: r[k] for k in keys}) + "\n"
                             for r in _rows(os.path.join(first, "data-0.jsonl"))))
     args = RUN + ["--model", tiny_path, "--iterations", "1", "--epochs", "2", "--save-every", "2",
                   "--data", str(bare)]
@@ -351,35 +405,169 @@ def test_resume_with_data_lacking_lp_mu_takes_mu_from_the_start_model(tiny_path,
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
-    out = topr.main(RUN + ["--model", tiny_path, "--iterations", "3", "--epochs", "2", "--time-limit", "0.001",
-                           "--out", str(tmp_path / "run")])
+    out = topr.main(RUN + ["--model", tiny_path, "--iterations", "3", "--epochs", "2",
+                           "--time-limit", "0.001", "--out", str(tmp_path / "run")])
     rows = _rows(os.path.join(out, "metrics.jsonl"))
-    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out before the end of the first step
+    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out in the first step
     assert "eval3/sampled/accuracy" in rows[-1] and rows[-1]["samples"] == 8
-    assert os.path.isdir(os.path.join(out, "final")) and not os.path.exists(os.path.join(out, "data-1.jsonl"))
+    assert os.path.isdir(os.path.join(out, "final"))
+    assert not os.path.exists(os.path.join(out, "data-1.jsonl"))
 
 
 def test_anna_karenina_keeps_the_first_positive_of_each_prompt():
-    rows = [{"prompt_index": i // 4, "grade": g} for i, g in
-            enumerate(["correct", "wrong", "correct", "no_answer", "wrong", "wrong", "wrong", "wrong"])]
-    import numpy as np
+    grades = ["correct", "wrong", "correct", "no_answer", "wrong", "wrong", "wrong", "wrong"]
+    rows = [{"prompt_index": i // 4, "grade": g} for i, g in enumerate(grades)]
     kept = topr.select(rows, "anna-karenina", 0, np.random.default_rng(0))
-    assert [r["grade"] for r in kept] == ["correct", "wrong", "no_answer", "wrong", "wrong", "wrong", "wrong"]
+    assert [r["grade"] for r in kept] == ["correct", "wrong", "no_answer"] + ["wrong"] * 4
     assert kept[0] is rows[0]
     kept = topr.select(rows, "anna-karenina", 3, np.random.default_rng(0))
     assert len(kept) == 3 and kept[0] is rows[0] and all(r["grade"] != "correct" for r in kept[1:])
     assert len(topr.select(rows, "uniform", 5, np.random.default_rng(0))) == 5
 
 
+# --------------------------------------------------------------------------------------------------
+# Faults: a kill at any moment, Ctrl-C, non-finite values, bad files and flags
+# --------------------------------------------------------------------------------------------------
+KILL_RUN = RUN + ["--iterations", "2", "--save-every", "2"]  # 3 steps an iteration, 6 in all
+
+# Runs topr.main in a real process that SIGKILLs itself at a chosen moment (argv[1]); the hooks only
+# decide when, the kill is the operating system's.
+KILLER = '''
+import json, os, signal, sys
+sys.path.insert(0, {repo!r})
+import common, topr
+phase, argv = sys.argv[1], sys.argv[2:]
+
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+real_write, real_check, real_save, real_replace = (topr.write_rows, common.check_finite, topr.save,
+                                                   os.replace)
+saving = []
+
+
+def write_rows(path, rows):  # half of iteration 1's data file written, then killed
+    if phase == "data" and path.endswith("data-1.jsonl"):
+        with open(path + ".tmp", "w") as f:
+            f.write(json.dumps(rows[0]) + "\\n" + json.dumps(rows[1])[:40])
+        die()
+    real_write(path, rows)
+
+
+def check_finite(step, hint, **values):  # step 5: gradient computed, weights not yet updated
+    if phase == "mid-step" and step == 5:
+        die()
+    real_check(step, hint, **values)
+
+
+def save(inp, optimizer, at):
+    saving[:] = [at.step]
+    real_save(inp, optimizer, at)
+    if phase == "between-steps" and at.step == 4:  # step 4 done and saved, step 5 not begun
+        die()
+
+
+def replace(src, dst):  # the checkpoint of step 4 half swapped in: old one moved aside
+    real_replace(src, dst)
+    if phase == "checkpoint-write" and saving == [4] and dst.endswith("checkpoint.old"):
+        die()
+
+
+topr.write_rows, common.check_finite, topr.save = write_rows, check_finite, save
+os.replace = replace
+topr.main(argv)
+'''
+
+
+@pytest.fixture(scope="module")
+def straight_run(tiny_path, tmp_path_factory):
+    return topr.main(KILL_RUN + ["--model", tiny_path,
+                                 "--out", str(tmp_path_factory.mktemp("straight") / "run")])
+
+
+@pytest.mark.parametrize("phase", ["data", "mid-step", "between-steps", "checkpoint-write"])
+def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_run(phase, straight_run,
+                                                                       tiny_path, tmp_path):
+    """A real process killed by SIGKILL during iteration 1's data generation (half its file
+    written), inside step 5 (after backward), between steps 4 and 5, or while step 4's checkpoint is
+    swapped in; `--resume` then ends with exactly the uninterrupted run's metrics and weights."""
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER.format(repo=os.path.dirname(os.path.abspath(topr.__file__))))
+    out = str(tmp_path / "run")
+    env = {**os.environ, "TORCH_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(script), phase] + KILL_RUN
+                          + ["--model", tiny_path, "--out", out], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert not os.path.exists(os.path.join(out, "final"))
+    resumed = topr.main(["--resume", out])
+    assert _metrics(resumed) == _metrics(straight_run)
+    a, b = _weights(straight_run), _weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ctrl_c_saves_at_the_end_of_the_step_and_resumes(straight_run, tiny_path, tmp_path,
+                                                         monkeypatch, capsys):
+    """SIGINT during step 2: the step finishes, a checkpoint of step 2 is saved, one line says how
+    to resume, exit status 130; the resumed run equals the uninterrupted one."""
+    real_step = topr.topr_step
+
+    def step_then_sigint(*a, **kw):
+        if a[-1] == 2:  # the step number
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(*a, **kw)
+    monkeypatch.setattr(topr, "topr_step", step_then_sigint)
+    out = str(tmp_path / "run")
+    with pytest.raises(SystemExit) as e:
+        topr.main(KILL_RUN + ["--model", tiny_path, "--out", out])
+    assert e.value.code == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--resume {out}" in last and "step 2" in last
+    assert common.load_trainer_state(os.path.join(out, "checkpoint"))["step"] == 2
+    monkeypatch.setattr(topr, "topr_step", real_step)
+    assert _metrics(topr.main(["--resume", out])) == _metrics(straight_run)
+
+
+def test_non_finite_loss_stops_before_the_optimizer_step(tiny_path, tmp_path, capsys):
+    """Untruncated IS (--loss is) on a sample whose lp_mu is far below its log-prob: pi/mu = inf in
+    step 2. The run stops there with one line and status 1; the checkpoint on disk is step 1's, with
+    finite weights, and no final model is written."""
+    gen = topr.main(RUN + ["--model", tiny_path, "--iterations", "1",
+                           "--out", str(tmp_path / "gen")])
+    rows = _rows(os.path.join(gen, "data-0.jsonl"))
+    order = np.random.default_rng([0, 0, 0, 2]).permutation(len(rows))  # plan_epoch's shuffle
+    rows[order[8]]["lp_mu"] = -1e5  # the first sample of step 2
+    bad = write_jsonl(tmp_path / "bad.jsonl", rows)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        topr.main(RUN + ["--model", tiny_path, "--iterations", "1", "--loss", "is", "--save-every",
+                         "1", "--data", bad, "--out", str(out)])
+    assert e.value.code == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "step 2: non-finite" in last and "--lr" in last
+    assert common.load_trainer_state(str(out / "checkpoint"))["step"] == 1
+    assert all(torch.isfinite(w).all() for w in _weights(str(out), "checkpoint").values())
+    assert not os.path.exists(out / "final")
+
+
 @pytest.mark.parametrize("args,content,message", [
     (["--reward", "C"], None, "unknown --reward"),
     (["--n", "0"], None, "positive integer"),
     (["--top-p", "1.5"], None, "--top-p"),
+    (["--c", "nan"], None, "--c: invalid finite number value: 'nan'"),
     (["--data", "/nonexistent.jsonl"], None, "no such file"),
-    ([], "not json\n", ":1: not valid JSON"),
+    (["--problems", "/nonexistent/p.jsonl"], None, "no such file"),
+    ([], "not json\n", ":1: bad JSON"),
+    ([], '{"problem": {"nums": [1, 2], "target": 3}, "completion": "x"}\n{"problem": {"nu',
+     ":2: bad JSON (truncated"),
     ([], '{"completion": "x"}\n', "needs a `problem` object"),
     ([], '{"problem": {"nums": [1, 2]}, "completion": "x"}\n', "is not a countdown problem"),
-    ([], '{"problem": {"nums": [1, 2], "target": 3}, "completion": "x", "lp_mu": "a"}\n', "lp_mu must be"),
+    ([], '{"problem": {"nums": [1, 2], "target": 3}, "completion": "x", "lp_mu": "a"}\n',
+     "lp_mu must be"),
+    ([], '{"problem": {"nums": [1, 2], "target": 3}, "completion": "x", "prompt_ids": "ab"}\n',
+     "prompt_ids must be a list"),
     ([], "\n", "holds no samples"),
     (["--resume", "/nonexistent/run"], None, "config.json"),
 ])
@@ -388,11 +576,33 @@ def test_bad_input_gives_one_line_and_status_2(args, content, message, tiny_path
         (tmp_path / "d.jsonl").write_text(content)
         args = args + ["--data", str(tmp_path / "d.jsonl")]
     with pytest.raises(SystemExit) as e:
-        topr.main(["--model", tiny_path, "--out", str(tmp_path / "run"), "--engine", "hf", "--train-size", "10",
-                   "--eval-size", "2"] + args)
+        topr.main(["--model", tiny_path, "--out", str(tmp_path / "run"), "--engine", "hf",
+                   "--train-size", "10", "--eval-size", "2"] + args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("damage", ["no run state", "torn trainer state", "no weights"])
+def test_damaged_checkpoint_on_resume_gives_one_line_and_status_2(damage, straight_run, tmp_path,
+                                                                   capsys):
+    run = tmp_path / "run"
+    shutil.copytree(straight_run, run)
+    ckpt = run / "checkpoint"
+    if damage == "no run state":
+        os.remove(ckpt / "trainer_state.pt")
+    elif damage == "torn trainer state":
+        data = (ckpt / "trainer_state.pt").read_bytes()
+        (ckpt / "trainer_state.pt").write_bytes(data[:len(data) // 2])
+    else:
+        for f in os.listdir(ckpt):
+            if f.endswith(".safetensors"):
+                os.remove(ckpt / f)
+    with pytest.raises(SystemExit) as e:
+        topr.main(["--resume", str(run)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(run) in err.strip().splitlines()[-1]
 
 
 def test_missing_sft_model_gives_status_2(tmp_path, monkeypatch, capsys):
@@ -401,3 +611,38 @@ def test_missing_sft_model_gives_status_2(tmp_path, monkeypatch, capsys):
         topr.main([])
     assert e.value.code == 2
     assert "no finished sft.py run" in capsys.readouterr().err
+
+
+# Every flag with each kind of bad value. Either exit status 2 with one error line and no traceback,
+# or the run would start (the model load is replaced by a stop: parsing and validation only).
+FUZZ_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/nonexistent/x"]
+FUZZ_FLAGS = [o for a in topr.parse_args([])[0]._actions for o in a.option_strings
+              if o.startswith("--") and o != "--help"]
+
+
+class _WouldRun(Exception):
+    pass
+
+
+@pytest.mark.parametrize("value", FUZZ_VALUES)
+@pytest.mark.parametrize("flag", FUZZ_FLAGS)
+def test_cli_fuzz_every_flag(flag, value, tiny_path, tmp_path, monkeypatch, capsys):
+    def stop(*a, **kw):
+        raise _WouldRun
+    monkeypatch.setattr(common, "load_model", stop)
+    monkeypatch.chdir(tmp_path)
+    argv = ["--model", tiny_path, "--out", str(tmp_path / "run"), "--train-size", "5",
+            "--eval-size", "2", flag, value]
+    try:
+        topr.main(argv)
+    except SystemExit as e:
+        err = capsys.readouterr().err
+        assert e.code == 2 and "Traceback" not in err
+        assert "error:" in err.strip().splitlines()[-1]
+    except _WouldRun:  # accepted: then every number it holds is finite and in range
+        args = topr.parse_args(argv)[1]
+        for name in ("c", "lr", "temperature", "top_p", "clip", "time_limit"):
+            v = getattr(args, name)
+            assert v is None or math.isfinite(v)
+        assert args.seed >= 0 and args.keep >= 0 and args.eval_every >= 0
+    assert not os.path.exists(tmp_path / "run")
