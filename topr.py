@@ -26,12 +26,13 @@ defaults to -0.8, the largest p~ tried, which gave the best accuracy (docs/RESUL
 rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for small penalties, so R - c >= 0 for
 nearly every sample and TOPR would be reward-weighted SFT; for them the defaults are [CR] Eq. 4:
 c = 0, split 1 (R = 1 gets the SFT term, every R < 1 the ratio [pi/mu]_0^1 times R). [CR]'s three
-TOPR runs of its Table 1 (one dataset from the SFT model, lr 1e-4, batch 32; A+B: first epoch with
-A, second with B):
+TOPR runs of its Table 1 are one command each, `--report-variant original|A|A+B`: reward as named,
+c = 0, split 1, and [CR]'s setting of one dataset of 1,000 completions from the SFT model (§4.1),
+batch 32 (§5.3), lr 1e-4, two epochs (A+B: the first with A, the second with B). Flags given
+explicitly override these. For example `python topr.py --report-variant A` is
 
-    python topr.py --reward original --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
-    python topr.py --reward A        --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
-    python topr.py --reward A+B      --iterations 1 --prompts 1000 --n 2 --epochs 2 --batch-size 32
+    python topr.py --reward A --c 0 --split 1 --iterations 1 --prompts 1000 --n 1 --epochs 2 \
+                   --batch-size 32
 
 Algorithm 1, as run here:
   1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or
@@ -71,6 +72,9 @@ LIMITS = {
 }
 # +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
+# --report-variant: [CR]'s TOPR setting, [CR] Eq. 4 on one dataset sampled from the SFT model.
+REPORT_SETTING = {"c": 0.0, "split": 1.0, "iterations": 1, "prompts": 1000, "n": 1, "epochs": 2,
+                  "batch_size": 32}
 NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale"
 
 
@@ -257,7 +261,13 @@ def parse_args(argv=None):
                         "on a CPU), vllm (GPU), auto")
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
-    return p, p.parse_args(argv)
+    p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
+                   help="[CR]'s TOPR run with this reward (REPORT_SETTING; explicit flags win)")
+    args = p.parse_args(argv)
+    if args.report_variant:  # the report's setting becomes the defaults, then parse again
+        p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
+        args = p.parse_args(argv)
+    return p, args
 
 
 def parse_sizes(text: str | None, default: tuple[int, ...], flag: str) -> list[int]:
@@ -279,6 +289,9 @@ def check_args(args, parser):
         variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
         if args.reward not in variants:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
+        if args.report_variant and args.reward != args.report_variant:
+            raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
+                             f"not --reward {args.reward}")
         if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
             raise ValueError("--reward A+B needs the task's variants A and B")
         if args.top_p == 0:

@@ -183,6 +183,19 @@ def test_task_rewards_default_to_the_reports_eq4():
     assert topr.negative_share(rewards.tolist(), c, split) == pytest.approx(4 / 6)
 
 
+@pytest.mark.parametrize("variant", ["original", "A", "A+B"])
+def test_report_variant_is_one_command_for_eq4_in_the_reports_setting(variant, tiny_path, capsys):
+    """--report-variant V: reward V, c = 0, split 1 ([CR] Eq. 4), one dataset of 1,000 completions,
+    batch 32, two epochs; an explicit flag wins; a different --reward is refused."""
+    args = topr.parse_args(["--report-variant", variant])[1]
+    assert (args.reward, args.c, args.split) == (variant, 0.0, 1.0)
+    assert (args.iterations, args.prompts * args.n, args.batch_size, args.epochs) == (1, 1000, 32, 2)
+    assert topr.parse_args(["--report-variant", variant, "--epochs", "4"])[1].epochs == 4
+    with pytest.raises(SystemExit) as e:
+        topr.main(["--report-variant", variant, "--reward", "B", "--model", tiny_path])
+    assert e.value.code == 2 and "--report-variant" in capsys.readouterr().err.splitlines()[-1]
+
+
 @pytest.mark.parametrize("limits", LIMIT_SETS)
 def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
     """Tabular: the autograd gradient of J = sum_y mu rho(pi/mu) R (Eq. 11) equals Eq. 7,
