@@ -1,8 +1,8 @@
 """A stand-in with the shape of a hub chat model (Qwen2.5-Instruct), built locally in seconds.
 
 What differs from the built-in tiny model, and is what a hub model brings:
-  - the Qwen2 architecture (grouped-query attention, q/k/v biases, tied embeddings), weights saved in
-    bfloat16 as hub checkpoints are;
+  - the Qwen2 architecture (grouped-query attention, q/k/v biases, tied embeddings), weights
+    saved in bfloat16 as hub checkpoints are;
   - a byte-level BPE tokenizer trained with `tokenizers` on Countdown text, with Qwen2's
     pre-tokenizer: words and runs of operators are single tokens (")+", " (", "answer");
   - a ChatML chat template with a default system prompt;
@@ -37,11 +37,12 @@ CHATML = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 # Qwen2.5-0.5B-Instruct's generation_config.json sampling defaults.
-HUB_SAMPLING_DEFAULTS = dict(do_sample=True, temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.1)
+HUB_SAMPLING_DEFAULTS = dict(do_sample=True, temperature=0.7, top_p=0.8, top_k=20,
+                             repetition_penalty=1.1)
 
 
 def countdown_corpus(n: int = 400, seed: int = 0) -> list[str]:
-    """Chat-formatted Countdown prompts and demonstrations: the text the BPE merges are learnt on."""
+    """Chat-formatted Countdown prompts and demonstrations: the text the BPE merges learn from."""
     texts = []
     for size in countdown.SIZES:
         for p in countdown.get_problems("train", n, size=size, seed=seed):

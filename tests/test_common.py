@@ -49,8 +49,9 @@ def test_log_probs_ignore_padding_and_prompt_tokens_never_enter_the_mask(tiny):
 
 
 def nucleus_logprobs(model, samples, temperature: float, top_p: float) -> list[list[float]]:
-    """Behaviour log-probs computed by hand: at every step, the distribution softmax(logits / T), its
-    nucleus (the most probable tokens, in order, until their mass reaches top_p), renormalised."""
+    """Behaviour log-probs computed by hand: at every step, the distribution softmax(logits / T),
+    its nucleus (the most probable tokens, in order, until their mass reaches top_p),
+    renormalised."""
     out = []
     with torch.no_grad():
         for s in samples:
@@ -72,8 +73,9 @@ def nucleus_logprobs(model, samples, temperature: float, top_p: float) -> list[l
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.7), (0.7, 0.8)])
 def test_hf_engine_log_probs_equal_teacher_forced_recomputation(tiny, temperature, top_p):
-    """lp_mu is the log-prob under the distribution sampled from: tempered, and renormalised over the
-    top-p nucleus (not the untruncated policy's, which differs by log(nucleus mass) at top-p < 1)."""
+    """lp_mu is the log-prob under the distribution sampled from: tempered, and renormalised over
+    the top-p nucleus (not the untruncated policy's: it differs by log(nucleus mass) at top-p < 1).
+    """
     model, tok = tiny
     engine = common.HFEngine(model, tok)
     prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["45 12 3=36:", "1 2=3:"]]
@@ -81,8 +83,9 @@ def test_hf_engine_log_probs_equal_teacher_forced_recomputation(tiny, temperatur
     flat = [s for g in engine.generate(prompts, sc) for s in g]
     assert len(flat) == 8 and all(len(s.logprobs) == len(s.ids) for s in flat)
     with torch.no_grad():
-        lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in flat], [s.ids for s in flat],
-                                              tok.pad_token_id, temperature=temperature)
+        lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in flat],
+                                              [s.ids for s in flat], tok.pad_token_id,
+                                              temperature=temperature)
     by_hand = nucleus_logprobs(model, flat, temperature, top_p)
     for i, s in enumerate(flat):
         assert torch.allclose(torch.tensor(by_hand[i]), torch.tensor(s.logprobs), atol=1e-4)
@@ -138,15 +141,16 @@ class FixedEngine:
         self.texts = {0.0: greedy, 1.0: sampled}
 
     def generate(self, prompts, sc):
-        return [[common.Sample(p, [0] * len(t), t, [0.0] * len(t), True) for t in self.texts[sc.temperature][i]]
-                for i, p in enumerate(prompts)]
+        return [[common.Sample(p, [0] * len(t), t, [0.0] * len(t), True)
+                 for t in self.texts[sc.temperature][i]] for i, p in enumerate(prompts)]
 
 
 def test_evaluate_counts_accuracy_format_pass_and_majority():
     problems = [{"nums": [3, 5, 7], "target": 22}, {"nums": [2, 4], "target": 8}]
     ok, wrong, none = "<answer>3*5+7</answer>", "<answer>3+5</answer>", "no idea"
     engine = FixedEngine(greedy=[[ok], [none]],
-                         sampled=[[ok, ok, wrong, none], [wrong.replace("3+5", "2+4")] * 3 + ["<answer>2*4</answer>"]])
+                         sampled=[[ok, ok, wrong, none],
+                                  [wrong.replace("3+5", "2+4")] * 3 + ["<answer>2*4</answer>"]])
     m = common.evaluate(engine, countdown, problems, [[1], [2]], k=4, reward_variant="original")
     assert m["greedy/accuracy"] == 0.5
     assert m["greedy/format_rate"] == 0.5
@@ -156,7 +160,8 @@ def test_evaluate_counts_accuracy_format_pass_and_majority():
     assert m["pass@4"] == 1.0
     assert m["maj@4"] == 0.5  # problem 1: "3*5+7" is the most frequent; problem 2: "2+4" (wrong) is
     assert "greedy/reward_B" not in m
-    m = common.evaluate(engine, countdown, problems, [[1], [2]], k=4, reward_variant="A", all_rewards=True)
+    m = common.evaluate(engine, countdown, problems, [[1], [2]], k=4, reward_variant="A",
+                        all_rewards=True)
     assert m["greedy/reward"] == m["greedy/reward_A"] == pytest.approx((1.0 - 0.0003 * 2) / 2)
     assert m["greedy/reward_original"] == pytest.approx(0.5)
     assert m["greedy/reward_B"] == pytest.approx((1.0 - 0.2) / 2)
@@ -213,7 +218,7 @@ def test_run_folder_refuses_to_overwrite(tmp_path):
 
 
 def test_auto_engine_picks_by_device(tiny, monkeypatch):
-    """auto: vLLM on a GPU when it is installed, HF generate on a CPU; no measurement, nothing cached."""
+    """auto: vLLM on a GPU when it is installed, HF generate on a CPU; no measurement, no cache."""
     model, tok = tiny
 
     class FakeVLLM(common.HFEngine):

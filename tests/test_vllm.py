@@ -16,26 +16,29 @@ def engine_and_model(tiny_path):
 
 
 def _max_gap(engine, model, tok, sc, temperature=1.0):
-    prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["45 12 3=36:", "1 2=3:", "9 9 9 9=81:"]]
+    texts = ["45 12 3=36:", "1 2=3:", "9 9 9 9=81:"]
+    prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in texts]
     flat = [s for g in engine.generate(prompts, sc) for s in g]
     assert len(flat) == 3 * sc.n
     with torch.no_grad():
-        lp, _ = common.completion_logprobs(model, [s.prompt_ids for s in flat], [s.ids for s in flat],
-                                           tok.pad_token_id, temperature=temperature)
-    return max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item() for i, s in enumerate(flat))
+        lp, _ = common.completion_logprobs(model, [s.prompt_ids for s in flat],
+                                           [s.ids for s in flat], tok.pad_token_id,
+                                           temperature=temperature)
+    return max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item()
+               for i, s in enumerate(flat))
 
 
 def test_vllm_log_probs_equal_teacher_forced_recomputation(engine_and_model):
     engine, model, tok = engine_and_model
     assert _max_gap(engine, model, tok, common.SamplingConfig(n=4, max_new_tokens=24)) < 1e-4
-    # tempered sampling: the reported log-probs are those of the tempered distribution actually sampled
-    assert _max_gap(engine, model, tok, common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7),
-                    temperature=0.7) < 1e-4
+    # tempered sampling: the reported log-probs are the tempered distribution's, the one sampled
+    tempered = common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7)
+    assert _max_gap(engine, model, tok, tempered, temperature=0.7) < 1e-4
 
 
 def test_vllm_log_probs_under_top_p_are_the_renormalised_nucleus(engine_and_model):
-    """At top-p < 1, lp_mu is log of the nucleus-renormalised tempered distribution, computed by hand;
-    the untruncated policy's log-prob differs from it by log(nucleus mass)."""
+    """At top-p < 1, lp_mu is log of the nucleus-renormalised tempered distribution, computed by
+    hand; the untruncated policy's log-prob differs from it by log(nucleus mass)."""
     engine, model, tok = engine_and_model
     prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["45 12 3=36:", "1 2=3:"]]
     for temperature, top_p in [(1.0, 0.7), (0.7, 0.8)]:
