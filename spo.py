@@ -39,6 +39,7 @@ import copy
 import json
 import math
 import os
+import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -487,7 +488,7 @@ def load_models(args, inputs: Inputs, parser):
         ref_model, _ = common.load_model(inputs.ref_path, device=device)  # pi_0: frozen
     except common.UsageError as e:
         parser.error(str(e))
-    except (OSError, ValueError, RuntimeError, EOFError) as e:  # a bad checkpoint or model folder
+    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # bad files
         where = inputs.checkpoint or inputs.ref_path
         parser.error(f"cannot load {where}: {(str(e) or type(e).__name__).splitlines()[0]}")
     return run, model, tokenizer, ref_model.requires_grad_(False), state
@@ -675,6 +676,7 @@ def main(argv=None):
             if step % args.save_every == 0 or last or stop.requested:
                 save(run, model, tokenizer, optimizer, schedule, sampler, step, args)
             if stop.requested:
+                bar.close()
                 common.exit_interrupted("spo.py", run.dir, step)
             if last:
                 break

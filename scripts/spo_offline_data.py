@@ -7,8 +7,8 @@ for Sequence Models", 2025, arXiv:2503.05453.
 
 As in [SPO]'s offline set (§5): each chunk of prompts is sampled at a temperature ~ U(lo, hi) with
 top-p 0.95; --correct-only keeps only the correct ones (the paper filtered its offline data to
-correct solutions). spo.py recomputes every reward from the text; "correct" is for reading. By default the
-problems are spo.py's own training pool (same --sizes, --train-prompts and --seed).
+correct solutions). spo.py recomputes every reward from the text; "correct" is for reading. By
+default the problems are spo.py's own training pool (same --sizes, --train-prompts and --seed).
 
 Run:  python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline.jsonl
 """

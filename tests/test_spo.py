@@ -7,6 +7,10 @@ import copy
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -417,3 +421,151 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, monkeypa
         spo.main(args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Faults: kill and resume, Ctrl-C, non-finite values, corrupt or foreign files, a CLI fuzz
+# ---------------------------------------------------------------------------------------------------
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _popen(argv):
+    env = {**os.environ, "TORCH_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "spo.py"), *argv], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(proc, ready, what, timeout=300):
+    """Poll until ready() is true (then return), failing if the process ends first."""
+    t0 = time.time()
+    while not ready():
+        assert proc.poll() is None, f"the run ended before {what}: {proc.stderr.read()[-2000:]}"
+        assert time.time() - t0 < timeout, what
+        time.sleep(0.02)
+
+
+def _lines(path):
+    return open(path).read().splitlines() if os.path.exists(path) else []
+
+
+def _final(run_dir):
+    """The metrics a run ends with, and every step's loss (timings dropped)."""
+    rows = _rows(run_dir)
+    return ({k: v for k, v in rows[-1].items() if not k.startswith("time")}, [r.get("loss") for r in rows])
+
+
+def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_same_run(tiny_path, tmp_path):
+    """A real subprocess is SIGKILLed while it estimates Q0 (1 of 4 chunks saved), resumed, SIGKILLed again
+    after step 3 (checkpoint at step 2), resumed to the end: its final metrics and every step's loss equal
+    an uninterrupted run's exactly."""
+    argv = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "6",
+                  "--batch-size", "8", "--samples-per-prompt", "2", "--q0-samples", "48", "--q0-chunk", "1",
+                  "--save-every", "2", "--eval-every", "3", "--eval-k", "4"]
+    whole = spo.main(argv + ["--out", str(tmp_path / "whole")])
+    run = str(tmp_path / "killed")
+    proc = _popen(argv + ["--out", run])
+    cache = os.path.join(run, "q0.jsonl")
+    _wait_for(proc, lambda: len(_lines(cache)) >= 1, "the first Q0 chunk")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 1 <= len(_lines(cache)) < 4  # killed during the estimate
+    proc = _popen(["--resume", run])
+    metrics = os.path.join(run, "metrics.jsonl")
+    _wait_for(proc, lambda: any(json.loads(x)["step"] >= 3 for x in _lines(metrics)), "step 3")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc = _popen(["--resume", run])
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-2000:]
+    assert _final(run) == _final(whole)
+    assert open(cache).read() == open(os.path.join(whole, "q0.jsonl")).read()
+
+
+def test_ctrl_c_saves_a_checkpoint_and_prints_how_to_resume(tiny_path, tmp_path):
+    run = str(tmp_path / "run")
+    proc = _popen(RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                         "--steps", "500", "--batch-size", "4", "--samples-per-prompt", "2", "--q0-samples", "2",
+                         "--save-every", "1000", "--out", run])
+    metrics = os.path.join(run, "metrics.jsonl")
+    _wait_for(proc, lambda: any(json.loads(x)["step"] >= 2 for x in _lines(metrics)), "step 2")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130
+    last = proc.stderr.read().strip().splitlines()[-1]
+    assert f"Resume with: python spo.py --resume {run}" in last
+    step = common.load_trainer_state(os.path.join(run, "checkpoint"))["step"]
+    assert step == _rows(run)[-1]["step"] and step < 500
+
+
+def test_a_non_finite_loss_stops_before_the_weights_change(tiny, capsys):
+    model, tok = tiny
+    ref = copy.deepcopy(model).requires_grad_(False)
+    before = copy.deepcopy(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    prompt = common.encode_prompts(countdown, FOUR[:1], tok, "compact")[0]
+    batch = [spo.Trajectory(prompt, tok("<answer>3+5</answer>")["input_ids"], 0.0, 0, True)]
+    args = spo.parse_args(["--beta", "0.5"])[1]
+    with pytest.raises(SystemExit) as e:
+        spo.spo_step(model, ref, optimizer, schedule, batch, torch.tensor([float("nan")]), args, 6,
+                     tok.pad_token_id)
+    assert e.value.code == 1 and "step 7: non-finite loss=nan" in capsys.readouterr().err
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def _q0_row(**change):
+    return json.dumps({"key": countdown.problem_key(FOUR[0]), "successes": 1, "model": "M", "task": "countdown",
+                       "max_new_tokens": 32, "samples": 4, **change})
+
+
+@pytest.mark.parametrize("text,message", [
+    (_q0_row() + "\n" + _q0_row()[:30], ":2: bad JSON (truncated"),
+    (_q0_row(successes="1") + "\n", ":1: expected a Q0 row"),
+    (_q0_row(task="coins") + "\n", ":1: made with"),
+    (_q0_row(samples=8) + "\n", ":1: made with"),
+    (_q0_row(model="another") + "\n", "not reused"),
+])
+def test_a_corrupt_or_foreign_q0_cache_is_refused(text, message, tiny_path, tmp_path, capsys):
+    """Made for another model, task or setting, or cut short by a killed writer: never silently reused."""
+    model = os.path.realpath(tiny_path)
+    (tmp_path / "q0.jsonl").write_text(text.replace('"M"', json.dumps(model)))
+    with pytest.raises(SystemExit) as e:
+        spo.main(RUN + ["--model", tiny_path, "--q0-samples", "4", "--q0-cache", str(tmp_path / "q0.jsonl"),
+                        "--out", str(tmp_path / "run")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and str(tmp_path / "q0.jsonl") in last and message in last, last
+
+
+def test_a_checkpoint_with_a_broken_trainer_state_is_refused(tiny_path, tmp_path, capsys):
+    run = spo.main(RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                          "--steps", "1", "--batch-size", "4", "--samples-per-prompt", "2", "--q0-samples", "2",
+                          "--out", str(tmp_path / "run")])
+    (tmp_path / "run" / "checkpoint" / "trainer_state.pt").write_bytes(b"not a torch file")
+    with pytest.raises(SystemExit) as e:
+        spo.main(["--resume", run])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "cannot load" in last and "checkpoint" in last, last
+
+
+def _flags():
+    parser, _ = spo.parse_args([])
+    return [a.option_strings[0] for a in parser._actions if a.option_strings and a.option_strings[0] != "-h"]
+
+
+@pytest.mark.parametrize("flag", _flags())
+def test_cli_fuzz_every_flag_gives_one_line_and_status_2_or_is_accepted(flag, tiny_path, tmp_path, monkeypatch,
+                                                                        capsys):
+    """Each flag with a wrong type, a negative, zero, nan, inf, an empty string and a missing path: parse and
+    check only (no model is loaded), so every case is cheap."""
+    monkeypatch.chdir(tmp_path)
+    base = ["--model", tiny_path, "--train-prompts", "2", "--eval-size", "2"]
+    for value in ["abc", "-1", "0", "nan", "inf", "", "missing.jsonl"]:
+        try:
+            parser, args = spo.parse_args(base + [flag, value])
+            args = common.resumed_args(args, parser)
+            spo.check_args(args, parser)
+        except SystemExit as e:
+            err = capsys.readouterr().err
+            assert e.code == 2, (flag, value, err)
+            assert "Traceback" not in err, (flag, value, err)
+            assert sum("error:" in line for line in err.splitlines()) == 1, (flag, value, err)
+        # else: accepted, a normal run would follow (e.g. --seed -1, --out abc, --warmup 0)
