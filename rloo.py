@@ -471,6 +471,7 @@ def main(argv=None):
             if step % args.save_every == 0 or last or stop.requested:
                 save(inputs, optimizer, step)
             if stop.requested:
+                bar.close()
                 common.exit_interrupted("rloo.py", run.dir, step)
             if last:
                 break

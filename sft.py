@@ -396,6 +396,7 @@ def main(argv=None):
             if evaluate or stop.requested:
                 save(inputs, optimizer, scheduler, step)
             if stop.requested:
+                bar.close()
                 common.exit_interrupted("sft.py", run.dir, step)
     bar.close()
     common.save_checkpoint(run.path("final"), model, inputs.tokenizer)

@@ -2,6 +2,10 @@
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -247,3 +251,103 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, monkeypa
         rloo.main(args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rows(run_dir):
+    """metrics.jsonl without the wall-clock fields."""
+    return [{k: v for k, v in json.loads(line).items() if k != "time" and not k.startswith("time_")}
+            for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def _logged(run_dir):
+    try:
+        return len(open(os.path.join(run_dir, "metrics.jsonl")).readlines())
+    except OSError:
+        return 0
+
+
+def _saved_step(run_dir):
+    try:
+        return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
+    except Exception:
+        return None
+
+
+def _kill_when(argv, ready, timeout=600):
+    """Run `python argv...` in the repository and SIGKILL it as soon as ready() holds."""
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while proc.poll() is None and not ready() and time.time() < deadline:
+        time.sleep(0.005)
+    proc.kill()
+    return proc.wait()
+
+
+@pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
+def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sft, tmp_path):
+    """A real process killed (SIGKILL) right after its step-2 checkpoint, or during step 4 (after
+    the step-3 evaluation), then `--resume`d: every logged metric equals the uninterrupted run's."""
+    argv = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "4",
+                  "--k", "4", "--lr", "5e-4", "--steps", "6", "--save-every", "2", "--eval-every", "3",
+                  "--beta", "0.1", "--engine", "hf"]
+    straight = rloo.main(argv + ["--out", str(tmp_path / "a")])
+    run = str(tmp_path / "b")
+    ready = (lambda: _saved_step(run) == 2) if moment == "after_a_checkpoint" else (lambda: _logged(run) >= 4)
+    assert _kill_when(["rloo.py", *argv, "--out", run], ready) == -9  # killed, not finished
+    proc = subprocess.run([sys.executable, "rloo.py", "--resume", run], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _rows(run) == _rows(straight)
+    assert "eval3/sampled/accuracy" in _rows(run)[-1]
+
+
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(weak_sft, tmp_path):
+    run = str(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, "rloo.py", *RUN, "--model", weak_sft, "--problems",
+                             _problem_file(tmp_path, SUMS), "--prompts", "2", "--k", "2", "--steps", "500",
+                             "--save-every", "500", "--engine", "hf", "--out", run],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while _logged(run) < 3 and proc.poll() is None:  # step 0 (evaluation) and two steps
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1].endswith(f"Resume with: python rloo.py --resume {run}")
+    assert _saved_step(run) == _logged(run) - 1 < 500  # the checkpoint is at the last logged step
+
+
+# CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, inf, an empty
+# string or a missing path: exit 2 with one line, or a normal start. Runs up to the model load only.
+RLOO_FLAGS = ["--task", "--model", "--out", "--resume", "--steps", "--time-limit", "--prompts", "--k",
+              "--beta", "--loss-norm", "--reward", "--max-draws", "--lr", "--warmup", "--clip",
+              "--micro-batch", "--max-new-tokens", "--sizes", "--eval-sizes", "--problems", "--train-size",
+              "--eval-every", "--eval-size", "--eval-k", "--save-every", "--engine", "--seed", "--threads"]
+BAD_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/no/such/path.jsonl"]
+
+
+class _ReachedModelLoad(Exception):
+    pass
+
+
+@pytest.mark.parametrize("flag", RLOO_FLAGS)
+def test_cli_fuzz(flag, tiny_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    def no_model(*a, **k):
+        raise _ReachedModelLoad
+    monkeypatch.setattr(common, "load_model", no_model)
+    for i, value in enumerate(BAD_VALUES):
+        argv = ["--model", tiny_path, "--train-size", "8", "--prompts", "4", "--eval-size", "1",
+                "--out", str(tmp_path / f"run{i}"), flag, value]
+        try:
+            rloo.main(argv)
+        except _ReachedModelLoad:
+            continue  # accepted: a normal run would start here
+        except SystemExit as e:
+            err = capsys.readouterr().err.strip().splitlines()
+            assert e.code == 2, (flag, value, e.code)
+            assert err and "error: " in err[-1] and "Traceback" not in "\n".join(err), (flag, value)
