@@ -269,17 +269,17 @@ def task_reward(task, kind: str):
     return reward
 
 
-def q0_column(rows: list[dict], task, cache_file: str, model_path: str, beta: float) -> list[dict]:
-    """rows with a `q0` field: Q0_hat of each row's problem from spo.py's q0.jsonl (estimated with
-    `model_path`, i.e. pi_0). ValueError naming the first problem the cache lacks."""
-    table = spo.read_q0_cache(cache_file, model_path)
+def q0_column(rows: list[dict], task, cache_file: str, made_with: dict, beta: float) -> list[dict]:
+    """rows with a `q0` field: Q0_hat of each row's problem from spo.py's q0.jsonl. made_with: what the
+    estimate must have been made with, as spo.q0_made_with writes it ({"model": pi_0's folder, "task",
+    "max_new_tokens", "samples"}). UsageError naming the first problem the cache lacks."""
+    table = spo.read_q0_cache(cache_file, made_with)
     out = []
     for row in rows:
-        problem = task.problem_from_row(row)
-        hit = table.get(spo.key_of(problem))
+        hit = table.get(task.problem_key(task.problem_from_row(row)))
         if hit is None:
-            raise ValueError(f"{cache_file}: no Q0 estimate of {problem} with model {model_path}")
-        q0 = spo.q0_from_successes(torch.tensor(hit["successes"]), torch.tensor(hit["samples"]), beta)
+            raise common.UsageError(f"{cache_file}: no Q0 estimate of {task.problem_from_row(row)}")
+        q0 = spo.q0_from_successes(torch.tensor(hit["successes"]), torch.tensor(made_with["samples"]), beta)
         out.append({**row, "q0": float(q0)})
     return out
 
@@ -331,30 +331,27 @@ class AGROOfflineTrainer(_OfflineTrainer):
         n = len(inputs["completion_ids"][0])
         prompts = [p for p in inputs["prompt_ids"] for _ in range(n)]
         completions = [c for group in inputs["completion_ids"] for c in group]
-        logprobs, mask = self.logprobs(model, prompts, completions)
-        with torch.no_grad():
-            ref, _ = self.logprobs(self.ref_model, prompts, completions)
+        logprobs, ref_lp, mask, _ = agro.policy_and_reference(model, self.ref_model, prompts, completions,
+                                                              self.pad_id, with_kl=False)
         rewards = torch.tensor(inputs["rewards"], dtype=logprobs.dtype, device=logprobs.device)  # [B, n]
-        h = ((logprobs.detach() - ref) * mask).sum(-1).view_as(rewards)
+        h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(rewards)
         w = agro.agro_offpolicy_weights(agro.regularised_rewards(rewards, h, self.args.beta))
         return agro.agro_loss(logprobs, mask, w.reshape(-1), self.args.sequence_norm)
 
 
 def topr_rows(path: str, task, tokenizer, style: str) -> list[dict]:
     """topr.py's samples file as rows {prompt_ids, completion_ids, reward, lp_mu}; the reward is the one
-    written (topr.py's variant at generation). ValueError when a row lacks lp_mu or reward."""
+    written (topr.py's variant at generation). UsageError when a row lacks lp_mu or reward."""
     rows = topr.read_rows(path, task, tokenizer, style)
     for i, r in enumerate(rows, 1):
         if "lp_mu" not in r or "reward" not in r:
-            raise ValueError(f"{path}: sample {i} lacks lp_mu or reward (write it with topr.py)")
+            raise common.UsageError(f"{path}:{i}: lp_mu or reward missing (write the file with topr.py)")
     return [{k: r[k] for k in ("prompt_ids", "completion_ids", "reward", "lp_mu")} for r in rows]
 
 
 def agro_groups(path: str, task, n: int, tokenizer, style: str, variant: str) -> list[dict]:
-    """agro.py's offline groups file as rows {prompt_ids, completion_ids: [n], rewards: [n]}, rewards
-    computed here from the text with the task's `variant`."""
-    def prompt_ids_of(problem):
-        return common.encode_prompts(task, [problem], tokenizer, style)[0]
-    return [{"prompt_ids": ids, "completion_ids": comps,
-             "rewards": [task.reward(problem, t, variant) for t in texts]}
-            for problem, ids, comps, texts in agro.read_offline(path, task, n, tokenizer, prompt_ids_of)]
+    """agro.py's offline groups file (reference_samples.jsonl) as rows {prompt_ids, completion_ids: [n],
+    rewards: [n]}, rewards computed from the text with the task's `variant` (as agro.py does)."""
+    groups = agro.offline_groups(agro.read_offline(path, task, n), task, variant, tokenizer, style)
+    return [{"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids[:n], "rewards": g.rewards[:n]}
+            for g in groups]

@@ -1,6 +1,7 @@
 """trl_trainers.py: the TRL trainers compute the single-file scripts' losses and gradients, learn, and agree
 across two processes. Needs requirements-trl.txt (skipped without trl)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -104,7 +105,8 @@ def _assert_equal_and_sensitive(trainer, batch, script_loss, rewards, wrong_rewa
 @pytest.fixture(scope="module")
 def rows(tiny_path):
     _, tok = common.load_model(tiny_path)
-    return tt.task_rows(countdown, SUMS[::7], tok, "compact")
+    distinct = [p for p in SUMS if p["nums"][0] <= p["nums"][1]][::4]  # 12 problems, 12 problem keys
+    return tt.task_rows(countdown, distinct, tok, "compact")
 
 
 def test_trl_logprobs_equal_common_completion_logprobs(weak_sft, rows, tmp_path):
@@ -157,9 +159,10 @@ def test_spo_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, ro
                                                          regression):
     """Q0 from a cache in spo.py's format (successes of pi_0's samples per puzzle); reference = the random
     tiny model, so the A_t are far from 0."""
-    cache = [{**countdown.problem_from_row(r), "samples": 8, "successes": s, "model": weak_sft}
+    made_with = {"model": weak_sft, "task": "countdown", "max_new_tokens": 24, "samples": 8}
+    cache = [{"key": countdown.problem_key(countdown.problem_from_row(r)), "successes": s, **made_with}
              for r, s in zip(rows, [3, 0, 8, 1, 5, 2, 7, 4, 6, 1, 2, 3])]
-    q0_rows = tt.q0_column(rows, countdown, write_jsonl(tmp_path / "q0.jsonl", cache), weak_sft, 0.5)
+    q0_rows = tt.q0_column(rows, countdown, write_jsonl(tmp_path / "q0.jsonl", cache), made_with, 0.5)
     config = _config(tt.SPOConfig, tmp_path, beta=0.5, objective=objective, regression=regression)
     trainer, tok = _trainer(tt.SPOTrainer, config, weak_sft, "spo", q0_rows)
     _set_reference(trainer, tiny_path)
@@ -178,8 +181,8 @@ def test_spo_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, ro
 def test_spo_q0_without_a_cache_is_the_leave_one_out_success_rate(weak_sft, rows, tmp_path):
     trainer, tok = _trainer(tt.SPOTrainer, _config(tt.SPOConfig, tmp_path, beta=0.5), weak_sft, "spo", rows)
     batch = _fixed_batch(trainer, rows)
-    wins = (_rewards(tok, batch, rows, lambda p, t: spo.spo_reward(countdown, p, t)) == 0).view(-1, G)
+    wins = (_rewards(tok, batch, rows, lambda p, t: spo.spo_reward(countdown, p, t)) == 0).view(-1, G).int()
     for i, q0 in enumerate(batch["q0"].tolist()):
         others = int(wins[i // G].sum() - wins[i // G, i % G])
-        assert q0 == pytest.approx(0.5 * __import__("math").log(others / (G - 1) + (1 - others / (G - 1))
-                                                                  * __import__("math").exp(-2)), abs=1e-9)
+        s0 = others / (G - 1)  # Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}), beta = 0.5
+        assert q0 == pytest.approx(0.5 * math.log(s0 + (1 - s0) * math.exp(-2)), abs=1e-9)
