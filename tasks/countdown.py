@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import random
+import re
 from collections import Counter
 from fractions import Fraction
 
@@ -462,9 +463,26 @@ def _is_int(x):
 FIELDS = ("nums", "target")  # the fields of a JSON row that make a problem
 
 
+# "Using the numbers [50, 8, 1, 7], create an equation that equals 165": the instruction's words,
+# as in [CR]'s SFT data (Asap7772/cog_behav_all_strategies), whose rows hold query and completion.
+_QUERY = re.compile(r"numbers\s*\[([0-9,\s]{1,80})\],?\s*"
+                    r"create an equation that equals\s*([0-9]{1,9})")
+
+
 def problem_from_row(row):
-    """The problem in a JSON object's fields "nums" and "target" (others ignored), or ValueError."""
-    if not isinstance(row, dict) or "nums" not in row or "target" not in row:
+    """The problem in a JSON object: its fields "nums" and "target", or else the numbers and target
+    named in its "query" or "prompt" text (the instruction's wording); ValueError otherwise."""
+    if not isinstance(row, dict):
+        raise ValueError("expected an object with fields 'nums' and 'target'")
+    if "nums" not in row and "target" not in row:
+        text = row.get("query", row.get("prompt"))
+        found = _QUERY.search(text) if isinstance(text, str) else None
+        if found is None:
+            raise ValueError("expected fields 'nums' and 'target' (or a query naming "
+                             "'the numbers [..], create an equation that equals N')")
+        row = {"nums": [int(x) for x in found[1].replace(",", " ").split()],
+               "target": int(found[2])}
+    if "nums" not in row or "target" not in row:
         raise ValueError("expected an object with fields 'nums' and 'target'")
     nums, target = row["nums"], row["target"]
     if not (isinstance(nums, list) and 2 <= len(nums) <= 6 and all(map(_is_int, nums))):

@@ -492,3 +492,18 @@ def test_registry():
     assert cd.NAME == "countdown" and cd.REWARD_VARIANTS == ("original", "A", "B")
     with pytest.raises(ValueError, match="unknown task 'nope'; choose from: countdown"):
         get_task("nope")
+
+
+def test_problem_from_row_reads_fields_or_the_instructions_own_words():
+    """[CR]'s SFT data carries only query/completion: the problem is read from the query's words."""
+    assert cd.problem_from_row({"nums": [3, 5], "target": 8}) == {"nums": [3, 5], "target": 8}
+    query = ("User: Using the numbers [50, 8, 1, 7], create an equation that equals 165. You can "
+             "use basic arithmetic operations\nAssistant: Let me solve this step by step.")
+    assert cd.problem_from_row({"query": query, "completion": "x"}) == {"nums": [50, 8, 1, 7],
+                                                                        "target": 165}
+    assert cd.problem_from_row({"prompt": cd.prompt({"nums": [4, 9, 2], "target": 11})}) == {
+        "nums": [4, 9, 2], "target": 11}
+    for bad in [{"query": "Using the numbers 3 and 5, make 8"}, {"prompt": 7}, {"nums": [1, 2]},
+                {"nums": [1, "2"], "target": 3}, [1, 2]]:
+        with pytest.raises(ValueError):
+            cd.problem_from_row(bad)
