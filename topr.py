@@ -22,14 +22,14 @@ script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several
 docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
 
 Rewards and split. With [TOPR]'s reward (`--reward pm1`, +1/-1) the split is by sign and c
-defaults to -0.8, the largest p~ tried, which gave the best accuracy (docs/RESULTS.md). The task's
-rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for small penalties, so R - c >= 0 for
-nearly every sample and TOPR would be reward-weighted SFT; for them the defaults are [CR] Eq. 4:
-c = 0, split 1 (R = 1 gets the SFT term, every R < 1 the ratio [pi/mu]_0^1 times R). [CR]'s three
-TOPR runs of its Table 1 are one command each, `--report-variant original|A|A+B`: reward as named,
-c = 0, split 1, and [CR]'s setting of one dataset of 1,000 completions from the SFT model (§4.1),
-batch 32 (§5.3), lr 1e-4, two epochs (A+B: the first with A, the second with B). Flags given
-explicitly override these. For example `python topr.py --report-variant A` is
+defaults to -0.8, the largest p~ tried and the most accurate (scripts/topr_experiments.py). The
+task's rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for small penalties, so R - c >= 0
+for nearly every sample and TOPR would be reward-weighted SFT; for them the defaults are [CR]
+Eq. 4: c = 0, split 1 (R = 1 gets the SFT term, every R < 1 the ratio [pi/mu]_0^1 times R).
+[CR]'s three TOPR runs of its Table 1 are one command each, `--report-variant original|A|A+B`:
+reward as named, c = 0, split 1, and [CR]'s setting of one dataset of 1,000 completions from the
+SFT model (§4.1), batch 32 (§5.3), lr 1e-4 (§5.2), two epochs (A+B: the first with A, the second
+with B). Flags given explicitly override these. `python topr.py --report-variant A` is
 
     python topr.py --reward A --c 0 --split 1 --iterations 1 --prompts 1000 --n 1 --epochs 2 \
                    --batch-size 32
@@ -215,8 +215,8 @@ def parse_args(argv=None):
                         "(A for the first half of all epochs, then B)")
     p.add_argument("--c", type=common.finite_float, default=None,
                    help="baseline: train on R - c (Eqs. 9-10); default -0.8 with pm1 (the largest "
-                        "p~ tried, the best; docs/RESULTS.md), 0 with the task's rewards ([CR] "
-                        "Eq. 4)")
+                        "p~ tried, the best: scripts/topr_experiments.py), 0 with the task's "
+                        "rewards ([CR] Eq. 4)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
                    help="T- is R - c < split: 0 [TOPR] (by sign), 1 [CR] Eq. 4; default 0 with "
                         "pm1, 1 with the task's rewards")
@@ -231,7 +231,7 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=common.positive_int, default=64,
                    help="samples per optimizer step")
     p.add_argument("--lr", type=common.positive_float, default=1e-4,
-                   help="AdamW lr, constant ([TOPR]); larger lowered accuracy (docs/RESULTS.md)")
+                   help="AdamW lr, constant ([TOPR]); 1e-4 was best in [CR] §5.2")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=64,
                    help="samples per forward/backward pass: memory only, same gradient")
@@ -262,7 +262,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
-                   help="[CR]'s TOPR run with this reward (REPORT_SETTING; explicit flags win)")
+                   help="[CR]'s TOPR run with this reward: c 0, split 1, one dataset of 1,000 "
+                        "completions, batch 32, 2 epochs (flags given explicitly win)")
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults, then parse again
         p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
