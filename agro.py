@@ -727,6 +727,7 @@ def main(argv=None):
                                        {"step": step, "optimizer": optimizer.state_dict(),
                                         "rng": common.rng_state()})
             if stop.requested:
+                bar.close()
                 common.exit_interrupted("agro.py", run.dir, step)
             if last:
                 break
