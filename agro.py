@@ -133,8 +133,9 @@ def parse_args(argv=None):
                         "gradient")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--sizes", default=None,
-                   help="difficulty levels, comma-separated (Countdown: numbers a puzzle); "
-                        "default: the task's SIZES")
+                   help="difficulty levels to train on, comma-separated (Countdown: numbers a "
+                        "puzzle); default: the task's easiest size, since prompts solved less "
+                        "often than the on-policy threshold p > 1/2 - beta/|a-b| unlearn")
     p.add_argument("--eval-sizes", default=None,
                    help="held-out difficulty levels, comma-separated; default: the task's SIZES")
     p.add_argument("--problems", default=None,
@@ -432,8 +433,8 @@ def offline_batch(groups, count, step, seed):
 # Inputs, checked before anything is trained
 # --------------------------------------------------------------------------------------------------
 def parse_sizes(text, flag, task) -> list[int]:
-    if text is None:
-        return list(task.SIZES)
+    if text is None:  # training: the easiest size; evaluation: all of them
+        return list(task.SIZES[:1]) if flag == "--sizes" else list(task.SIZES)
     try:
         sizes = [int(s) for s in str(text).split(",")]
     except ValueError:
