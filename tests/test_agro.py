@@ -249,6 +249,24 @@ def test_onpolicy_characterisation_rare_correct_answer():
             assert up == pytest.approx(p * (1 - p) * (beta - 0.5 + p) / beta, abs=1e-12)
 
 
+def test_onpolicy_threshold_for_any_two_reward_levels():
+    """docs/DERIVATIONS.md: rewards a (correct) and b (otherwise), success rate p at pi = pi_ref: the
+    correct logit's expected on-policy change is p(1-p)|a-b| [1 - |a-b|(1/2 - p)/beta], so it rises
+    iff p > 1/2 - beta/|a-b| (Countdown's original reward: a - b = 0.9). b itself cancels."""
+    K = 10
+    for a, b in [(1.0, 0.1), (1.0, -0.2), (2.0, 0.5)]:
+        r = torch.full((K,), b, dtype=f64)
+        r[0] = a
+        d = a - b
+        for p in (0.05, 0.3, 0.45):
+            ref_p = torch.full((K,), (1 - p) / (K - 1), dtype=f64)
+            ref_p[0] = p
+            for beta in (0.1, 0.3, 1.0):
+                up = -expected_grad(ref_p.log(), ref_p.log(), r, beta, None, 2, "on", 1.0)[0].item()
+                assert up == pytest.approx(p * (1 - p) * d * (1 - d * (0.5 - p) / beta), abs=1e-12)
+                assert (up > 0) == (p > 0.5 - beta / d)
+
+
 # ---------------------------------------------------------------------------------------------------
 # A depth-2 tree: two-token responses, where per-token and sequence-level KL gradients part
 # ---------------------------------------------------------------------------------------------------
