@@ -6,10 +6,10 @@ the coins it pays, added up, inside <answer> </answer> tags: "<answer>7+7</answe
 coins is what a dynamic programme finds (the solver, for SFT demonstrations); always taking the
 largest coin that fits is often enough, but not always (14 = 10+1+1+1+1 with 5 coins, or 7+7).
 
-What it adds to Countdown: a graded reward. An answer can pay the amount exactly and still not be
-best, so between "right" and "wrong" lies a ladder of partial credit (fewer coins, more reward),
-and the algorithms' handling of rewards that are not 0/1 shows. It is a length term too: more
-coins than needed is a longer answer.
+What it adds to Countdown: a graded reward. An answer can miss the amount by a little or a lot,
+or pay it exactly and still not be best, so between "right" and "wrong" lies a ladder of partial
+credit, and the algorithms' handling of rewards that are not 0/1 shows (beside the binary
+variant). The ladder's top step is a length term: more coins than needed is a longer answer.
 
 Grading (exact integer arithmetic, our own parser; model output is never eval()'d):
 
@@ -18,9 +18,12 @@ Grading (exact integer arithmetic, our own parser; model output is never eval()'
     invalid    an answer tag whose content is not "c+c+...+c" over the given denominations
     no_answer  no complete <answer>...</answer> pair
 
-Rewards (REWARD_VARIANTS; the first is the default), with c* the fewest coins and c the coins paid:
+Rewards (REWARD_VARIANTS; the first is the default), with c* the fewest coins, c the coins paid
+and s their sum, for an answer over the given denominations (invalid or no answer: 0):
 
-    graded   1 if correct; 0.5 * c*/c for an exact payment with more coins; 0 otherwise
+    graded   1 if correct (s = amount, c = c*); 0.2 + 0.6 c*/c if s = amount but c > c*;
+             0.2 max(0, 1 - |s - amount| / amount) if s != amount
+             (closer pays more, an exact payment more still, the fewest coins most)
     binary   1 if correct, 0 otherwise
 """
 
@@ -41,7 +44,7 @@ MAX_PAID = 6  # the generator keeps problems paid with at most 6 coins (answers 
 # ----------------------------------------------------------------------------------------------
 # Rewards
 
-EXACT_CREDIT = 0.5  # the most an exact but not fewest payment earns (times c*/c < 1)
+CLOSE_CREDIT = 0.2  # the most a payment of another sum earns; an exact one earns more
 
 
 def reward(problem, completion, variant="graded"):
@@ -49,23 +52,26 @@ def reward(problem, completion, variant="graded"):
     if variant not in REWARD_VARIANTS:
         raise ValueError(f"unknown reward variant {variant!r}; "
                          f"choose from: {', '.join(REWARD_VARIANTS)}")
-    paid = coins_paid(problem, completion)
-    if paid is None:
+    coins, amount = payment(problem, completion), problem["amount"]
+    if coins is None:
         return 0.0
-    best = fewest_coins(problem["coins"], problem["amount"])
-    if paid == best:
+    best = fewest_coins(problem["coins"], amount)
+    if sum(coins) == amount and len(coins) == best:
         return 1.0
-    return EXACT_CREDIT * best / paid if variant == "graded" else 0.0
+    if variant == "binary":
+        return 0.0
+    if sum(coins) == amount:
+        return CLOSE_CREDIT + (1 - 2 * CLOSE_CREDIT) * best / len(coins)
+    return CLOSE_CREDIT * max(0.0, 1 - abs(sum(coins) - amount) / amount)
 
 
-def coins_paid(problem, completion):
-    """How many coins the answer pays the amount with exactly, or None (no exact payment)."""
+def payment(problem, completion):
+    """The coins of the answer (a list), or None if there is no answer or it is invalid."""
     answer = parse_answer(completion)
     try:
-        coins = parse_coins(answer, problem["coins"]) if answer is not None else None
+        return parse_coins(answer, problem["coins"]) if answer is not None else None
     except InvalidPayment:
         return None
-    return len(coins) if coins is not None and sum(coins) == problem["amount"] else None
 
 
 def grade(problem, completion):

@@ -29,11 +29,12 @@ def brute_force_fewest(coins, amount):
 @pytest.mark.parametrize("completion, outcome, graded", [
     ("<answer>7+7</answer>", "correct", 1.0),
     ("<think>14-7=7</think> <answer> 7 + 7 </answer>", "correct", 1.0),
-    ("<answer>10+1+1+1+1</answer>", "wrong", 0.5 * 2 / 5),  # exact, 5 coins where 2 do
-    ("<answer>1+10+1+1+1</answer>", "wrong", 0.5 * 2 / 5),  # any order
-    ("<answer>7+1+1+1+1+1+1+1</answer>", "wrong", 0.5 * 2 / 8),
-    ("<answer>10+1+1+1</answer>", "wrong", 0.0),  # pays 13
-    ("<answer>7+7+7</answer>", "wrong", 0.0),  # pays 21
+    ("<answer>10+1+1+1+1</answer>", "wrong", 0.2 + 0.6 * 2 / 5),  # exact, 5 coins where 2 do
+    ("<answer>1+10+1+1+1</answer>", "wrong", 0.2 + 0.6 * 2 / 5),  # any order
+    ("<answer>7+1+1+1+1+1+1+1</answer>", "wrong", 0.2 + 0.6 * 2 / 8),
+    ("<answer>10+1+1+1</answer>", "wrong", 0.2 * (1 - 1 / 14)),  # pays 13
+    ("<answer>7+7+7</answer>", "wrong", 0.2 * (1 - 7 / 14)),  # pays 21
+    ("<answer>10+10+10</answer>", "wrong", 0.0),  # pays 30: more than twice too much
     ("<answer>10+4</answer>", "invalid", 0.0),  # 4 is not a coin
     ("<answer>14</answer>", "invalid", 0.0),
     ("<answer>2*7</answer>", "invalid", 0.0),
@@ -55,15 +56,17 @@ def test_grade_and_rewards(completion, outcome, graded):
     assert cn.reward(P, completion, "binary") == (1.0 if outcome == "correct" else 0.0)
 
 
-def test_graded_reward_ranks_exact_payments_by_coins():
-    """More coins, less reward, all below a fewest payment: the ladder a binary reward lacks."""
+def test_graded_reward_is_a_ladder():
+    """Closer sums earn more, any exact payment more than any other sum, fewer coins more, the
+    fewest most: the levels a binary reward lacks."""
     p = {"coins": [1, 5, 6], "amount": 20}  # fewest: 5+5+5+5; largest-first: 6+6+6+1+1
     assert cn.fewest_coins(p["coins"], p["amount"]) == 4
-    answers = ["5+5+5+5", "6+6+6+1+1", "6+6+5+1+1+1", "5+5+5+1+1+1+1+1", "1+" * 19 + "1"]
+    answers = ["5+5+5+5", "6+6+6+1+1", "6+6+5+1+1+1", "5+5+5+1+1+1+1+1", "1+" * 19 + "1",
+               "6+6+6+1", "6+6+6", "5+5", "5", "6+6+6+6+6+6+6"]
     values = [cn.reward(p, f"<answer>{a}</answer>", "graded") for a in answers]
-    assert values[0] == 1.0
+    assert values[0] == 1.0 and values[-1] == 0.0
     assert all(a > b for a, b in zip(values, values[1:])), values
-    assert values[1] == pytest.approx(0.5 * 4 / 5) and values[-1] == pytest.approx(0.5 * 4 / 20)
+    assert min(values[:5]) > 0.2 >= max(values[5:])  # exact beats every other sum
     assert all(cn.reward(p, f"<answer>{a}</answer>", "binary") == 0.0 for a in answers[1:])
 
 
