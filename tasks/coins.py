@@ -37,7 +37,7 @@ NAME = "coins"
 REWARD_VARIANTS = ("graded", "binary")
 SIZES = (3, 4)  # denominations a problem: the sizes trained on and evaluated by default
 FIELDS = ("coins", "amount")  # the fields of a JSON row that make a problem
-MIN_AMOUNT, MAX_AMOUNT = 10, 40  # small enough that the tiny model pays exactly ever more often
+MIN_AMOUNT, MAX_AMOUNT = 10, 40  # small, so that the tiny model can learn to pay exactly
 MAX_COIN = 15  # largest denomination the generator uses
 MAX_PAID = 6  # the generator keeps problems paid with at most 6 coins (answers stay short)
 
