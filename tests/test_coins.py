@@ -249,7 +249,8 @@ XFAIL = {  # script -> why its main() does not take the task from its default co
     "sft": f"sft.py: {_ORIGINAL}",
     "rloo": f"rloo.py: {_ORIGINAL}",
     "agro": f"agro.py: {_ORIGINAL}",
-    "spo": "spo.py: its evaluation calls common.evaluate, whose reward_variant defaults to 'original'",
+    "spo": "spo.py: its evaluation calls common.evaluate, whose reward_variant defaults to "
+           "'original'",
 }
 
 
