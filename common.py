@@ -673,8 +673,7 @@ class Run:
             raise UsageError(f"run folder {out_dir} already holds a run; "
                              f"pass --resume {out_dir} or another --out")
         os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            json.dump(config, f, indent=2, default=str)
+        write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2, default=str)
         self.start = time.time()
 
     def log(self, step: int, metrics: dict) -> None:
@@ -683,28 +682,56 @@ class Run:
             f.write(json.dumps(row) + "\n")
 
     def truncate(self, step: int) -> None:
-        """Drop rows logged after `step` (a resumed run restarts from its last checkpoint)."""
+        """Drop rows logged after `step` (a resumed run restarts from its last checkpoint), and a
+        last line torn by a kill; a damaged line elsewhere is UsageError naming it."""
         path = os.path.join(self.dir, "metrics.jsonl")
-        if os.path.exists(path):
-            with open(path) as f:
-                rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-            with open(path, "w") as f:
-                f.writelines(rows)
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            lines = f.readlines()
+        kept = []
+        for lineno, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                if lineno == len(lines) and not line.endswith("\n"):
+                    break  # torn by a kill mid-write: that step is redone
+                raise UsageError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
+            if isinstance(row, dict) and row.get("step", step + 1) <= step:
+                kept.append(json.dumps(row) + "\n")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)
 
     def path(self, *names) -> str:
         return os.path.join(self.dir, *names)
 
 
 def resumed_args(args, parser):
-    """With --resume RUN_DIR, the flags the run started with (RUN_DIR/config.json); else `args`."""
-    if not args.resume:
+    """With --resume RUN_DIR, the flags the run started with (RUN_DIR/config.json); else `args`.
+
+    A config.json with flags this script does not have (another script's run, or an older
+    version's) is refused in one line; flags added since take their defaults.
+    """
+    if args.resume is None:
         return args
+    if not args.resume:
+        parser.error("--resume: empty path")
     try:
         with open(os.path.join(args.resume, "config.json")) as f:
             saved = json.load(f)
     except (OSError, json.JSONDecodeError):
         parser.error(f"--resume {args.resume}: no readable config.json there")
-    return type(args)(**{**saved, "resume": args.resume, "out": args.resume})
+    if not isinstance(saved, dict):
+        parser.error(f"--resume {args.resume}: config.json is not a run's configuration")
+    known = vars(args)  # the flags; values the scripts derive from them end in _path or _list
+    foreign = sorted(k for k in saved if k not in known and not k.endswith(("_path", "_list")))
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags this script does not know "
+                     f"({', '.join(foreign[:5])}): a run of another script or version")
+    saved = {k: v for k, v in saved.items() if k in known}
+    return type(args)(**{**known, **saved, "resume": args.resume, "out": args.resume})
 
 
 def default_out_dir(script: str, task: str) -> str:
@@ -786,11 +813,11 @@ def read_jsonl(path: str, what: str = "data file") -> list[dict]:
     return rows
 
 
-def write_json_atomic(path: str, obj) -> None:
+def write_json_atomic(path: str, obj, **dump_kwargs) -> None:
     """Write JSON into a temporary sibling, then rename: a reader never sees half a file."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(obj, f)
+        json.dump(obj, f, **dump_kwargs)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

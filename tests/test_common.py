@@ -238,3 +238,37 @@ def test_auto_engine_picks_by_device(tiny, monkeypatch):
     assert common.make_engine("auto", model, tok, "unused").name == "hf"
     with pytest.raises(common.UsageError, match="unknown engine"):
         common.make_engine("fast", model, tok, "unused")
+
+
+def test_truncate_drops_later_steps_and_a_line_torn_by_a_kill(tmp_path):
+    run = common.Run(str(tmp_path / "r"), {"a": 1})
+    for step in range(4):
+        run.log(step, {"loss": float(step)})
+    with open(run.path("metrics.jsonl"), "a") as f:
+        f.write('{"step": 4, "lo')  # a kill mid-write
+    run.truncate(2)
+    rows = [json.loads(line) for line in open(run.path("metrics.jsonl"))]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    with open(run.path("metrics.jsonl"), "a") as f:
+        f.write('not json\n{"step": 1}\n')
+    with pytest.raises(common.UsageError, match="metrics.jsonl:4: bad JSON"):
+        run.truncate(2)
+
+
+def test_resumed_args_refuses_another_scripts_config_and_fills_new_flags(tmp_path):
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--resume")
+    parser.add_argument("--out")
+    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--new-flag", default="x")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"lr": 0.5, "out": "o", "model_path": "m"}))
+    args = common.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
+    assert (args.lr, args.new_flag, args.out) == (0.5, "x", str(run_dir))
+    (run_dir / "config.json").write_text(json.dumps({"lr": 0.5, "num_numbers": "3"}))
+    with pytest.raises(SystemExit):
+        common.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
+    with pytest.raises(SystemExit):
+        common.resumed_args(parser.parse_args(["--resume", ""]), parser)
