@@ -3,8 +3,9 @@
     python scripts/bench_generation.py                        # the tiny model, random weights
     python scripts/bench_generation.py --model runs/sft-.../final --prompts 200 --n 8
 
-Prints completion tokens per second for HF generate and vLLM (when installed), sampled at temperature 1
-and greedy, and each engine's ratio to HF generate. Engine start-up is reported apart, not in the rates.
+Prints completion tokens per second for HF generate and vLLM (when installed), sampled at
+temperature 1 and greedy, and each engine's ratio to HF generate. Engine start-up is reported apart,
+not in the rates.
 """
 import argparse
 import os
@@ -35,13 +36,15 @@ def main():
     p.add_argument("--prompts", type=common.positive_int, default=200)
     p.add_argument("--n", type=common.positive_int, default=8, help="samples per prompt")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--repeats", type=common.positive_int, default=3, help="timed repeats (best is kept)")
+    p.add_argument("--repeats", type=common.positive_int, default=3,
+                   help="timed repeats (best is kept)")
     p.add_argument("--threads", type=common.positive_int, default=None)
     args = p.parse_args()
     common.setup(0, args.threads)
     try:
         path = common.resolve_model_path(args.model, tempfile.mkdtemp())
-        model, tok = common.load_model(path, device="cuda" if common.torch.cuda.is_available() else "cpu")
+        model, tok = common.load_model(
+            path, device="cuda" if common.torch.cuda.is_available() else "cpu")
         task = get_task(args.task)
     except (common.UsageError, ValueError) as e:
         p.error(str(e))
@@ -50,7 +53,8 @@ def main():
 
     engines = [("hf", lambda: common.HFEngine(model, tok))]
     if common.vllm_available():
-        engines.append(("vllm", lambda: common.VLLMEngine(path, tok, dtype=str(model.dtype).split(".")[-1])))
+        engines.append(("vllm", lambda: common.VLLMEngine(
+            path, tok, dtype=str(model.dtype).split(".")[-1])))
     else:
         print("vLLM is not installed: only HF generate is measured")
     modes = [("sampled", common.SamplingConfig(args.n, args.max_new_tokens, 1.0)),
@@ -63,14 +67,16 @@ def main():
         for mode, sc in modes:
             tokens, seconds = bench(engine, prompts, sc, args.repeats)
             rows[name, mode] = tokens / seconds
-            print(f"{name:5s} {mode:8s} {tokens:7d} tokens in {seconds:6.2f}s = {tokens / seconds:9.0f} tok/s"
+            print(f"{name:5s} {mode:8s} {tokens:7d} tokens in {seconds:6.2f}s = "
+                  f"{tokens / seconds:9.0f} tok/s"
                   f"   (engine start {start:.1f}s)")
         engine.close()
     print(f"\nmodel {args.model}: {common.count_parameters(model) / 1e6:.2f}M parameters, "
           f"{args.prompts} prompts x n={args.n}, max {args.max_new_tokens} new tokens, "
           f"{common.torch.get_num_threads()} torch thread(s)")
     for mode, _ in modes:
-        line = "  ".join(f"{name}/hf = {rows[name, mode] / rows['hf', mode]:.2f}x" for name, _ in engines)
+        line = "  ".join(f"{name}/hf = {rows[name, mode] / rows['hf', mode]:.2f}x"
+                         for name, _ in engines)
         print(f"ratio {mode:8s} {line}")
 
 

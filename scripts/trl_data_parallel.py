@@ -1,14 +1,16 @@
-"""One optimizer step of each TRL trainer (trl_trainers.py) on a fixed batch, for the data-parallel check.
+"""One optimizer step of each TRL trainer (trl_trainers.py) on a fixed batch, for the data-parallel
+check.
 
 Run it once as one process and once as two (gloo on CPU), then compare the updates:
     python scripts/trl_data_parallel.py --out runs/dp1
     torchrun --nproc_per_node 2 scripts/trl_data_parallel.py --out runs/dp2
-(accelerate 1.15 has no --multi_cpu; `accelerate launch --cpu --num_processes 2` started one process on this
-machine, so the CPU run uses torchrun, which is what accelerate launches; on GPUs: accelerate launch.)
+(accelerate 1.15 has no --multi_cpu; `accelerate launch --cpu --num_processes 2` started one process
+on this machine, so the CPU run uses torchrun, which is what accelerate launches; on GPUs:
+accelerate launch.)
     python scripts/trl_data_parallel.py --compare runs/dp1 runs/dp2
-The global batch is the same (4 puzzles x 4 completions; 16 on one process, 8 on each of two), and the
-completions are fixed (a rollout function that returns the same texts whatever the process), so both
-runs must make the same update: plain SGD with lr 1, so the update is the gradient itself.
+The global batch is the same (4 puzzles x 4 completions; 16 on one process, 8 on each of two), and
+the completions are fixed (a rollout function that returns the same texts whatever the process), so
+both runs must make the same update: plain SGD with lr 1, so the update is the gradient itself.
 """
 import argparse
 import os
@@ -25,8 +27,8 @@ import trl_trainers as tt  # noqa: E402
 from tasks import countdown  # noqa: E402
 
 G = 4  # completions per prompt
-PROBLEMS = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9}, {"nums": [4, 4], "target": 8},
-            {"nums": [6, 1], "target": 7}]
+PROBLEMS = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9},
+            {"nums": [4, 4], "target": 8}, {"nums": [6, 1], "target": 7}]
 TRAINERS = {"topr": (tt.TOPRTrainer, tt.TOPRConfig, "pm1", {}),
             "agro": (tt.AGROTrainer, tt.AGROConfig, "original", {}),
             "spo": (tt.SPOTrainer, tt.SPOConfig, "spo", {})}
@@ -39,7 +41,8 @@ def fixed_rollout(tokenizer, rows):
 
     def texts(problem):
         right = countdown.demonstration(problem)
-        return [right, right.replace(str(problem["target"]), str(problem["target"] + 1)), "<answer>", right[:4]]
+        return [right, right.replace(str(problem["target"]), str(problem["target"] + 1)),
+                "<answer>", right[:4]]
 
     def rollout(prompts, trainer):
         seen, completions = {}, []
@@ -47,7 +50,8 @@ def fixed_rollout(tokenizer, rows):
             k = seen[p] = seen.get(p, -1) + 1
             ids = tokenizer(texts(problem_of[p])[k % G], add_special_tokens=False)["input_ids"]
             completions.append(ids + [tokenizer.eos_token_id])
-        return {"prompt_ids": [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts],
+        return {"prompt_ids": [tokenizer(p, add_special_tokens=False)["input_ids"]
+                               for p in prompts],
                 "completion_ids": completions, "logprobs": None}
     return rollout
 
@@ -66,12 +70,14 @@ def one_step(name, model_path, out, world):
                   train_dataset=Dataset.from_list(rows), processing_class=tok,
                   rollout_func=fixed_rollout(tok, rows))
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    print(f"{name}: process {trainer.accelerator.process_index} of {trainer.accelerator.num_processes}, "
+    print(f"{name}: process {trainer.accelerator.process_index} of "
+          f"{trainer.accelerator.num_processes}, "
           f"{config.per_device_train_batch_size} completions here")
     trainer.train()
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
-        delta = torch.cat([(p.detach() - b).reshape(-1) for p, b in zip(model.parameters(), before)])
+        delta = torch.cat([(p.detach() - b).reshape(-1)
+                           for p, b in zip(model.parameters(), before)])
         torch.save(delta, os.path.join(out, f"{name}.pt"))
 
 
@@ -83,7 +89,8 @@ def main():
     if args.compare:
         for name in TRAINERS:
             a, b = (torch.load(os.path.join(d, f"{name}.pt")) for d in args.compare)
-            print(f"{name}: |update| max {a.abs().max():.3e}, max |difference| {(a - b).abs().max():.3e}")
+            print(f"{name}: |update| max {a.abs().max():.3e}, "
+                  f"max |difference| {(a - b).abs().max():.3e}")
         return
     if not args.out:
         p.error("give --out DIR or --compare DIR DIR")

@@ -14,7 +14,8 @@ reference implementation; tasks/coins.py (pay an amount with the fewest coins) s
     get_problems(split, n, *, size, seed=0, source=None) -> list[dict]
         n problems of split "train" or "test" (disjoint), reproducible from the arguments;
         source: a .jsonl file (or a hub dataset) instead of the generator.
-    problem_from_row(row: dict) -> dict      # the problem in a JSON row, or ValueError naming the field
+    problem_from_row(row: dict) -> dict      # the problem in a JSON row, or ValueError naming the
+                                               field
     problem_key(problem) -> str              # a stable name of the problem (caches, de-duplication)
     prompt(problem, style="instruct") -> str # or style="compact" (the tiny model's short prompt)
     demonstration(problem) -> str | None     # an SFT target completion, from the task's solver

@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests run on one torch thread: two threads on a busy 2-core machine were 10-50x slower."""
+"""Shared fixtures. Tests run on one torch thread: two threads on a busy 2-core machine were 10-50x
+slower."""
 import json
 import os
 import sys
@@ -49,12 +50,14 @@ FOUR = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9}, {"nums": [
 
 @pytest.fixture(scope="session")
 def weak_sft(tiny_path, tmp_path_factory):
-    """The tiny model after a deliberately short SFT on 2-number sums: mostly formatted, rarely right."""
+    """The tiny model after a deliberately short SFT on 2-number sums: mostly formatted, rarely
+    right."""
     from tasks import countdown
     common.setup(0, 1)
     model, tok = common.load_model(tiny_path)
     prompts = common.encode_prompts(countdown, SUMS, tok, "compact")
-    completions = [tok(countdown.demonstration(p), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    completions = [tok(countdown.demonstration(p), add_special_tokens=False)["input_ids"]
+                   + [tok.eos_token_id]
                    for p in SUMS]
     fit(model, tok, prompts, completions, steps=80, lr=2e-3)
     path = str(tmp_path_factory.mktemp("weak") / "final")
@@ -63,13 +66,14 @@ def weak_sft(tiny_path, tmp_path_factory):
 
 
 def sampled(path, problems, samples=64) -> dict:
-    """common.evaluate's sampled metrics (T=1) of the model in `path` on `problems`, with a fixed seed."""
+    """common.evaluate's sampled metrics (T=1) of the model in `path` on `problems`, with a fixed
+    seed."""
     from tasks import countdown
     common.setup(1, 1)
     model, tok = common.load_model(path)
     prompts = common.encode_prompts(countdown, problems, tok, "compact")
-    return common.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, k=samples, greedy=False,
-                           max_new_tokens=32)
+    return common.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, k=samples,
+                           greedy=False, max_new_tokens=32)
 
 
 def write_jsonl(path, rows) -> str:
@@ -78,7 +82,8 @@ def write_jsonl(path, rows) -> str:
 
 
 def run_until_killed(main, argv, monkeypatch, step):
-    """Run a script's main(argv) and interrupt it (KeyboardInterrupt) as it logs `step`: a run killed mid-way."""
+    """Run a script's main(argv) and interrupt it (KeyboardInterrupt) as it logs `step`: a run
+    killed mid-way."""
     real_log = common.Run.log
 
     def dies(self, s, metrics):

@@ -250,7 +250,8 @@ def test_solver_known_cases():
 
 def test_solver_prefers_integer_intermediates():
     # 6/(1-3/4) also reaches 24, but 4*6 keeps every value a non-negative integer
-    assert cd.demonstration({"nums": [1, 3, 4, 6], "target": 24}, steps=True) == "4*6=24 <answer>4*6</answer>"
+    assert cd.demonstration({"nums": [1, 3, 4, 6], "target": 24}, steps=True) == (
+        "4*6=24 <answer>4*6</answer>")
     # 10+(8-12) and 6*(7/3) are found first without the preference
     assert cd.demonstration({"nums": [12, 8, 10], "target": 6}, steps=True) == (
         "12-8=4,10-4=6 <answer>10-(12-8)</answer>")
@@ -292,7 +293,8 @@ def test_default_demonstration_is_the_answer_alone():
 
 
 def test_demonstration_format():
-    assert cd.demonstration({"nums": [45, 12, 3], "target": 45}, steps=True) == "<answer>45</answer>"
+    assert cd.demonstration({"nums": [45, 12, 3], "target": 45}, steps=True) == (
+        "<answer>45</answer>")
     demo = cd.demonstration({"nums": [45, 12, 3], "target": 30}, steps=True)
     assert demo == "45-3=42,42-12=30 <answer>(45-3)-12</answer>"
     frac = cd.demonstration({"nums": [2, 9, 3, 8], "target": 84}, steps=True)

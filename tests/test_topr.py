@@ -189,7 +189,8 @@ def test_report_variant_is_one_command_for_eq4_in_the_reports_setting(variant, t
     batch 32, two epochs; an explicit flag wins; a different --reward is refused."""
     args = topr.parse_args(["--report-variant", variant])[1]
     assert (args.reward, args.c, args.split) == (variant, 0.0, 1.0)
-    assert (args.iterations, args.prompts * args.n, args.batch_size, args.epochs) == (1, 1000, 32, 2)
+    assert (args.iterations, args.prompts * args.n, args.batch_size, args.epochs) == (
+        1, 1000, 32, 2)
     assert topr.parse_args(["--report-variant", variant, "--epochs", "4"])[1].epochs == 4
     with pytest.raises(SystemExit) as e:
         topr.main(["--report-variant", variant, "--reward", "B", "--model", tiny_path])
@@ -243,10 +244,11 @@ def test_effective_positive_share_values():
 
 
 def test_effective_positive_share_for_several_reward_levels():
-    """docs/DERIVATIONS.md: at pi = mu the update is sum_i (R_i - c) grad log pi(y_i); p~ is the share
-    of sum_i |R_i - c| carried by samples with R_i > c: sum_k p_k (r_k - c)^+ / sum_k p_k |r_k - c|
-    over the reward levels r_k with shares p_k. Reward B's four levels, then [CR] Eq. 4 (c = 0) on
-    the original reward, where nothing is pushed down (p~ = 1), then a baseline between levels."""
+    """docs/DERIVATIONS.md: at pi = mu the update is sum_i (R_i - c) grad log pi(y_i); p~ is the
+    share of sum_i |R_i - c| carried by samples with R_i > c:
+    sum_k p_k (r_k - c)^+ / sum_k p_k |r_k - c| over the reward levels r_k with shares p_k. Reward
+    B's four levels, then [CR] Eq. 4 (c = 0) on the original reward, where nothing is pushed down
+    (p~ = 1), then a baseline between levels."""
     levels, shares = [1.0, 0.0, -0.1, -0.2], [0.3, 0.2, 0.3, 0.2]
     rewards = [r for r, p in zip(levels, shares) for _ in range(round(100 * p))]
     assert topr.effective_positive_share(rewards, 0.0) == pytest.approx(0.3 / (0.3 + 0.03 + 0.04))
