@@ -29,7 +29,8 @@ def test_loss_on_hand_computed_tensors():
 
 def test_seq_is_length_times_token_for_equal_lengths():
     logprobs, mask = -torch.rand(4, 7), torch.ones(4, 7)
-    assert sft.sft_loss(logprobs, mask, "seq").item() == pytest.approx(7 * sft.sft_loss(logprobs, mask, "token").item())
+    assert sft.sft_loss(logprobs, mask, "seq").item() == pytest.approx(
+        7 * sft.sft_loss(logprobs, mask, "token").item())
 
 
 def test_schedule_matches_the_report():
@@ -43,13 +44,15 @@ def test_tiny_model_memorises_four_examples(tiny):
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
     prompts = [enc(p) for p in ["3 5 7=22:", "2 4=8:", "9 1 1=10:", "6 6 6=36:"]]
     completions = [enc(c) + [tok.eos_token_id] for c in
-                   ["<answer>3*5+7</answer>", "<answer>2*4</answer>", "<answer>9+1</answer>", "<answer>6*6</answer>"]]
+                   ["<answer>3*5+7</answer>", "<answer>2*4</answer>", "<answer>9+1</answer>",
+                    "<answer>6*6</answer>"]]
     loss = fit(model, tok, prompts, completions, steps=300, lr=3e-3, stop_below=0.05)
     assert loss < 0.05, f"loss {loss:.3f} after 300 steps"
 
 
-TINY_RUN = ["--steps", "6", "--eval-every", "3", "--eval-size", "4", "--train-size", "40", "--batch-size", "8",
-            "--eval-k", "2", "--max-new-tokens", "12", "--threads", "1", "--warmup", "2"]
+TINY_RUN = ["--steps", "6", "--eval-every", "3", "--eval-size", "4", "--train-size", "40",
+            "--batch-size", "8", "--eval-k", "2", "--max-new-tokens", "12", "--threads", "1",
+            "--warmup", "2"]
 
 
 def test_end_to_end_run_writes_metrics_checkpoint_and_final_model(tmp_path):
@@ -60,7 +63,8 @@ def test_end_to_end_run_writes_metrics_checkpoint_and_final_model(tmp_path):
     assert "eval3/sampled/accuracy" not in rows[2]  # periodic evaluations are greedy only
     assert all(r["loss"] > 0 for r in rows) and rows[-1]["loss"] < rows[0]["loss"]
     assert common.load_trainer_state(os.path.join(out, "checkpoint"))["step"] == 6
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(out, "final"))  # what the RL scripts load
+    # what the RL scripts load
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(out, "final"))
     assert model.config.prompt_style == "compact"
 
 
@@ -118,8 +122,9 @@ def test_bad_data_files_give_one_line_and_status_2(content, message, tmp_path, c
 
 
 def test_data_file_rows_give_problems_and_completions(tmp_path):
-    data = _write(tmp_path, "d.jsonl", '{"nums": [1, 2], "target": 3, "completion": "<answer>1+2</answer>"}'
-                                       '\n\n{"nums": [2, 2], "target": 4, "query": "x", "completion": "c"}\n')
+    data = _write(tmp_path, "d.jsonl",
+                  '{"nums": [1, 2], "target": 3, "completion": "<answer>1+2</answer>"}'
+                  '\n\n{"nums": [2, 2], "target": 4, "query": "x", "completion": "c"}\n')
     problems, completions, given = sft.data_examples(countdown, sft.data_rows(data), data)
     assert problems == [{"nums": [1, 2], "target": 3}, {"nums": [2, 2], "target": 4}]
     assert completions == ["<answer>1+2</answer>", "c"] and given == [None, "x"]
@@ -127,7 +132,8 @@ def test_data_file_rows_give_problems_and_completions(tmp_path):
 
 @pytest.fixture(scope="module")
 def standin_path(tmp_path_factory):
-    """The hub-shaped stand-in (ChatML template, BPE tokenizer) when tests/hub_standin.py is there."""
+    """The hub-shaped stand-in (ChatML template, BPE tokenizer) when tests/hub_standin.py is
+    there."""
     hub_standin = pytest.importorskip("hub_standin")
     return hub_standin.build_standin(str(tmp_path_factory.mktemp("standin") / "model"))
 
@@ -143,20 +149,23 @@ def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, 
             for p in problems]
     data = write_jsonl(tmp_path / "data.jsonl", rows)
     small = ["--model", path, "--eval-size", "1", "--threads", "1"]
-    parser, args = sft.parse_args(small + ["--data", data, "--batch-size", "2", "--out", str(tmp_path / "s")])
+    parser, args = sft.parse_args(small + ["--data", data, "--batch-size", "2",
+                                           "--out", str(tmp_path / "s")])
     trained = sft.load_inputs(args, parser, "cpu")
-    parser, args = rloo.parse_args(small + ["--problems", data, "--prompts", "2", "--out", str(tmp_path / "r")])
+    parser, args = rloo.parse_args(small + ["--problems", data, "--prompts", "2",
+                                            "--out", str(tmp_path / "r")])
     rl = rloo.load_inputs(args, parser, "cpu")
     assert [ex.prompt for ex in trained.train] == rl.prompts
     tok = trained.tokenizer
-    assert all(ex.prompt != tok(r["prompt"], add_special_tokens=False)["input_ids"]  # not the file's text
+    # not the file's text
+    assert all(ex.prompt != tok(r["prompt"], add_special_tokens=False)["input_ids"]
                for ex, r in zip(trained.train, rows))
     assert "2 of 2 rows" in capsys.readouterr().out
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "sft.py", "--model", str(tmp_path / "missing")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "sft.py", "--model", str(tmp_path / "missing")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("sft.py: error: no such model folder")
@@ -196,24 +205,25 @@ def kill_when(argv, ready, timeout=600):
 @pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
 def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_path):
     """A real process killed (SIGKILL) right after its step-3 checkpoint, or during step 5, then
-    `--resume`d: every logged metric (losses, held-out accuracies) equals the uninterrupted run's."""
+    `--resume`d: every logged metric (losses, held-out accuracies) equals the uninterrupted
+    run's."""
     straight = sft.main(TINY_RUN + ["--out", str(tmp_path / "a")])
     run = str(tmp_path / "b")
     ready = ((lambda: _saved_step(run) == 3) if moment == "after_a_checkpoint"
              else (lambda: _logged_steps(run) >= 4))
     assert kill_when(["sft.py", *TINY_RUN, "--out", run], ready) == -9  # killed, not finished
     assert not os.path.exists(os.path.join(run, "final"))
-    proc = subprocess.run([sys.executable, "sft.py", "--resume", run], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "sft.py", "--resume", run], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _rows(run) == _rows(straight)
 
 
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
     run = str(tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "sft.py", *TINY_RUN, "--steps", "400", "--eval-every", "400",
-                             "--out", run], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "sft.py", *TINY_RUN, "--steps", "400",
+                             "--eval-every", "400", "--out", run],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while _logged_steps(run) < 2 and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
@@ -223,12 +233,13 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
     assert _saved_step(run) == _logged_steps(run) < 400  # the checkpoint is at the last logged step
 
 
-# CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, an empty string
-# or a missing path: exit 2 with one line, or a normal start. Runs up to the model load only.
-SFT_FLAGS = ["--task", "--model", "--data", "--out", "--resume", "--steps", "--batch-size", "--grad-accum",
-             "--lr", "--warmup", "--weight-decay", "--clip", "--loss-norm", "--max-len", "--sizes",
-             "--train-size", "--eval-sizes", "--eval-every", "--eval-size", "--eval-k", "--max-new-tokens",
-             "--reward", "--engine", "--seed", "--threads"]
+# CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, an empty
+# string or a missing path: exit 2 with one line, or a normal start. Runs up to the model load
+# only.
+SFT_FLAGS = ["--task", "--model", "--data", "--out", "--resume", "--steps", "--batch-size",
+             "--grad-accum", "--lr", "--warmup", "--weight-decay", "--clip", "--loss-norm",
+             "--max-len", "--sizes", "--train-size", "--eval-sizes", "--eval-every", "--eval-size",
+             "--eval-k", "--max-new-tokens", "--reward", "--engine", "--seed", "--threads"]
 BAD_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/no/such/path.jsonl"]
 
 

@@ -1,5 +1,5 @@
-"""trl_trainers.py: the TRL trainers compute the single-file scripts' losses and gradients, learn, and agree
-across two processes. Needs requirements-trl.txt (skipped without trl)."""
+"""trl_trainers.py: the TRL trainers compute the single-file scripts' losses and gradients, learn,
+and agree across two processes. Needs requirements-trl.txt (skipped without trl)."""
 import json
 import math
 import os
@@ -27,9 +27,9 @@ G = 4  # completions per prompt
 
 
 def _config(cls, tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
-                logging_steps=1, per_device_train_batch_size=2 * G, num_generations=G, max_completion_length=24,
-                seed=0, disable_tqdm=True)
+    base = dict(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[],
+                save_strategy="no", logging_steps=1, per_device_train_batch_size=2 * G,
+                num_generations=G, max_completion_length=24, seed=0, disable_tqdm=True)
     return cls(**{**base, **kw})
 
 
@@ -56,16 +56,19 @@ def _fixed_batch(trainer, rows):
 
 def _unpadded(batch):
     prompts = [ids[m.bool()].tolist() for ids, m in zip(batch["prompt_ids"], batch["prompt_mask"])]
-    completions = [ids[m.bool()].tolist() for ids, m in zip(batch["completion_ids"], batch["completion_mask"])]
+    completions = [ids[m.bool()].tolist()
+                   for ids, m in zip(batch["completion_ids"], batch["completion_mask"])]
     return prompts, completions
 
 
 def _logprobs(trainer, model, batch):
-    """Per-token log-probs of the batch's completions by TRL's forward (fused head, float32), with gradient.
-    test_trl_logprobs_equal_common_completion_logprobs checks them against common.completion_logprobs."""
+    """Per-token log-probs of the batch's completions by TRL's forward (fused head, float32), with
+    gradient. test_trl_logprobs_equal_common_completion_logprobs checks them against
+    common.completion_logprobs."""
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn, batch["completion_ids"].size(1))
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attn,
+                                                             batch["completion_ids"].size(1))
     mask = batch["completion_mask"].float()
     return logps * mask, mask
 
@@ -89,8 +92,8 @@ def _rewards(tok, batch, rows, reward):
 
 
 def _assert_equal_and_sensitive(trainer, batch, script_loss, rewards, wrong_rewards):
-    """TRL's loss and gradient equal the script's loss on the same log-probs to 1e-6; the script's loss with
-    the rewards misassigned (what a plumbing error would do) is farther than that."""
+    """TRL's loss and gradient equal the script's loss on the same log-probs to 1e-6; the script's
+    loss with the rewards misassigned (what a plumbing error would do) is farther than that."""
     trl_loss, trl_grad = _trl_loss_and_grad(trainer, batch)
     model = trainer.model
     loss = script_loss(rewards, *_logprobs(trainer, model, batch))
@@ -105,13 +108,15 @@ def _assert_equal_and_sensitive(trainer, batch, script_loss, rewards, wrong_rewa
 @pytest.fixture(scope="module")
 def rows(tiny_path):
     _, tok = common.load_model(tiny_path)
-    distinct = [p for p in SUMS if p["nums"][0] <= p["nums"][1]][::4]  # 12 problems, 12 problem keys
+    # 12 problems, 12 problem keys
+    distinct = [p for p in SUMS if p["nums"][0] <= p["nums"][1]][::4]
     return tt.task_rows(countdown, distinct, tok, "compact")
 
 
 def test_trl_logprobs_equal_common_completion_logprobs(weak_sft, rows, tmp_path):
-    """The log-probs TRL hands the losses are the scripts' (common.completion_logprobs) up to float32
-    rounding: TRL scores without position ids, the tiny model's RoPE sees only relative positions."""
+    """The log-probs TRL hands the losses are the scripts' (common.completion_logprobs) up to
+    float32 rounding: TRL scores without position ids, the tiny model's RoPE sees only relative
+    positions."""
     trainer, tok = _trainer(tt.TOPRTrainer, _config(tt.TOPRConfig, tmp_path), weak_sft, "pm1", rows)
     batch = _fixed_batch(trainer, rows)
     with torch.no_grad():
@@ -126,16 +131,20 @@ def test_topr_trainer_loss_and_gradient_equal_the_scripts(weak_sft, rows, tmp_pa
     batch = _fixed_batch(trainer, rows)
     rewards = _rewards(tok, batch, rows, lambda p, t: topr.reward_of(countdown, p, t, "pm1"))
     assert rewards.unique().numel() == 2  # both branches of the truncation are exercised
-    lp_mu = _logprobs(trainer, trainer.model, batch)[0].detach().sum(-1)  # mu = the weights that sampled
+    # mu = the weights that sampled
+    lp_mu = _logprobs(trainer, trainer.model, batch)[0].detach().sum(-1)
 
     def loss_of(r, logprobs, mask):  # topr.py's step on this batch
-        return topr.topr_loss(logprobs, mask, lp_mu, r, *topr.LIMITS["topr"], c=-0.8, norm="seq/len", split=0.0)
+        return topr.topr_loss(logprobs, mask, lp_mu, r, *topr.LIMITS["topr"], c=-0.8,
+                              norm="seq/len", split=0.0)
     _assert_equal_and_sensitive(trainer, batch, loss_of, rewards, rewards.flip(0))
 
 
 @pytest.mark.parametrize("weights", ["onpolicy", "offpolicy"])
-def test_agro_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, rows, tmp_path, weights):
-    """Reference = the random tiny model, so h is large and the regularised rewards differ from r."""
+def test_agro_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, rows, tmp_path,
+                                                          weights):
+    """Reference = the random tiny model, so h is large and the regularised rewards differ from
+    r."""
     config = _config(tt.AGROConfig, tmp_path, weights=weights, beta=0.5)
     trainer, tok = _trainer(tt.AGROTrainer, config, weak_sft, "original", rows)
     _set_reference(trainer, tiny_path)
@@ -155,14 +164,16 @@ def test_agro_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, r
 
 
 @pytest.mark.parametrize("objective,regression", [("terminal", "sq"), ("nonterminal", "ce")])
-def test_spo_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, rows, tmp_path, objective,
-                                                         regression):
-    """Q0 from a cache in spo.py's format (successes of pi_0's samples per puzzle); reference = the random
-    tiny model, so the A_t are far from 0."""
+def test_spo_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, rows, tmp_path,
+                                                         objective, regression):
+    """Q0 from a cache in spo.py's format (successes of pi_0's samples per puzzle); reference = the
+    random tiny model, so the A_t are far from 0."""
     made_with = {"model": weak_sft, "task": "countdown", "max_new_tokens": 24, "samples": 8}
-    cache = [{"key": countdown.problem_key(countdown.problem_from_row(r)), "successes": s, **made_with}
+    cache = [{"key": countdown.problem_key(countdown.problem_from_row(r)), "successes": s,
+              **made_with}
              for r, s in zip(rows, [3, 0, 8, 1, 5, 2, 7, 4, 6, 1, 2, 3])]
-    q0_rows = tt.q0_column(rows, countdown, write_jsonl(tmp_path / "q0.jsonl", cache), made_with, 0.5)
+    q0_rows = tt.q0_column(rows, countdown, write_jsonl(tmp_path / "q0.jsonl", cache), made_with,
+                           0.5)
     config = _config(tt.SPOConfig, tmp_path, beta=0.5, objective=objective, regression=regression)
     trainer, tok = _trainer(tt.SPOTrainer, config, weak_sft, "spo", q0_rows)
     _set_reference(trainer, tiny_path)
@@ -179,9 +190,11 @@ def test_spo_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, ro
 
 
 def test_spo_q0_without_a_cache_is_the_leave_one_out_success_rate(weak_sft, rows, tmp_path):
-    trainer, tok = _trainer(tt.SPOTrainer, _config(tt.SPOConfig, tmp_path, beta=0.5), weak_sft, "spo", rows)
+    trainer, tok = _trainer(tt.SPOTrainer, _config(tt.SPOConfig, tmp_path, beta=0.5), weak_sft,
+                            "spo", rows)
     batch = _fixed_batch(trainer, rows)
-    wins = (_rewards(tok, batch, rows, lambda p, t: spo.spo_reward(countdown, p, t)) == 0).view(-1, G).int()
+    wins = (_rewards(tok, batch, rows, lambda p, t: spo.spo_reward(countdown, p, t)) == 0).view(
+        -1, G).int()
     for i, q0 in enumerate(batch["q0"].tolist()):
         others = int(wins[i // G].sum() - wins[i // G, i % G])
         s0 = others / (G - 1)  # Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}), beta = 0.5
