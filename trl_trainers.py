@@ -1,37 +1,41 @@
-"""trl_trainers.py: TOPR, AGRO and SPO as Hugging Face TRL trainers, for models and clusters past one GPU.
+"""trl_trainers.py: TOPR, AGRO and SPO as Hugging Face TRL trainers, for models and clusters past
+one GPU.
 
-The single-file scripts (topr.py, agro.py, spo.py) are the readable version and run on one device. This
-module puts the same losses inside TRL's GRPOTrainer (online generation, TRL's vLLM modes, accelerate /
-DeepSpeed / FSDP across devices) and inside a transformers Trainer for the fully offline data. The maths is
-imported from the scripts, never restated here: each trainer only gathers what the script's loss needs
-from TRL's batch (completion ids and mask, rewards, the sampling and reference log-probs).
+The single-file scripts (topr.py, agro.py, spo.py) are the readable version and run on one device.
+This module puts the same losses inside TRL's GRPOTrainer (online generation, TRL's vLLM modes,
+accelerate / DeepSpeed / FSDP across devices) and inside a transformers Trainer for the fully
+offline data. The maths is imported from the scripts, never restated here: each trainer only gathers
+what the script's loss needs from TRL's batch (completion ids and mask, rewards, the sampling and
+reference log-probs).
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
        learning for LLMs", 2025, arXiv:2503.14286
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm", 2025,
        arXiv:2503.19612
-[SPO]  Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL for
-       Sequence Models", 2025, arXiv:2503.05453
+[SPO]  Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
+       for Sequence Models", 2025, arXiv:2503.05453
 
-    TOPRTrainer   GRPOTrainer + topr.topr_loss; mu = the distribution that sampled (vLLM's log-probs when
-                  TRL has them, else the policy that generated the batch)
-    AGROTrainer   GRPOTrainer + agro.agro_loss with on-policy (Eqs. 5-6) or off-policy (Eq. 4) weights,
-                  computed per completion over its whole group (groups may span processes)
-    SPOTrainer    GRPOTrainer + spo.cumulative_q / spo.spo_loss; Q0_hat from a `q0` column (spo.py's cache,
-                  q0_column) or from the other completions of the group
-    TOPROfflineTrainer, AGROOfflineTrainer   transformers.Trainer on the files topr.py / agro.py write
+    TOPRTrainer   GRPOTrainer + topr.topr_loss; mu = the distribution that sampled (vLLM's log-probs
+                  when TRL has them, else the policy that generated the batch)
+    AGROTrainer   GRPOTrainer + agro.agro_loss with on-policy (Eqs. 5-6) or off-policy (Eq. 4)
+                  weights, computed per completion over its whole group (groups may span processes)
+    SPOTrainer    GRPOTrainer + spo.cumulative_q / spo.spo_loss; Q0_hat from a `q0` column (spo.py's
+                  cache, q0_column) or from the other completions of the group
+    TOPROfflineTrainer, AGROOfflineTrainer   transformers.Trainer on the files topr.py / agro.py
+                                             write
 
-Each takes its own config (TOPRConfig, AGROConfig, SPOConfig: GRPOConfig plus the algorithm's fields;
-OfflineConfig: TrainingArguments plus the same fields). TRL's `beta` is the algorithm's beta for AGRO and
-SPO (it makes TRL compute the reference log-probs); TOPR needs no reference (beta 0). The loss is always
-the script's, so GRPOConfig's loss_type, epsilon, scale_rewards and importance-sampling options are
-ignored. Many GPUs (not run here; from TRL's documentation):
+Each takes its own config (TOPRConfig, AGROConfig, SPOConfig: GRPOConfig plus the algorithm's
+fields; OfflineConfig: TrainingArguments plus the same fields). TRL's `beta` is the algorithm's beta
+for AGRO and SPO (it makes TRL compute the reference log-probs); TOPR needs no reference (beta 0).
+The loss is always the script's, so GRPOConfig's loss_type, epsilon, scale_rewards and
+importance-sampling options are ignored. Many GPUs (not run here; from TRL's documentation):
 
     accelerate launch --num_processes 8 my_run.py                     # DDP, one model copy per GPU
     accelerate launch --config_file deepspeed_zero3.yaml my_run.py    # ZeRO-3 for an 8B model
 
-with my_run.py building a trainer as in scripts/trl_data_parallel.py (use_vllm=True, vllm_mode="colocate"
-for generation on the training GPUs). Requirements: pip install -r requirements-trl.txt.
+with my_run.py building a trainer as in scripts/trl_data_parallel.py (use_vllm=True,
+vllm_mode="colocate" for generation on the training GPUs). Requirements: pip install -r
+requirements-trl.txt.
 """
 from __future__ import annotations
 
@@ -47,23 +51,25 @@ import spo
 import topr
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Configs: GRPOConfig plus each algorithm's own fields (defaults: the scripts')
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 @dataclass
 class TOPRConfig(GRPOConfig):
     truncation: str = field(default="topr", metadata={"help": "limits (a+, b+, a-, b-) of Table 1 "
                                                                "(topr.LIMITS)"})
-    baseline_c: float = field(default=-0.8, metadata={"help": "c of Eqs. 9-10 (-0.8 for rewards +1/-1)"})
-    split: float = field(default=0.0, metadata={"help": "0: negatives are R - c < 0 (TOPR); 1: [CR] Eq. 4"})
+    baseline_c: float = field(default=-0.8, metadata={"help": "c of Eqs. 9-10 (-0.8 for rewards "
+                                                               "+1/-1)"})
+    split: float = field(default=0.0, metadata={"help": "0: negatives are R - c < 0 (TOPR); "
+                                                        "1: [CR] Eq. 4"})
     sequence_norm: str = field(default="seq/len", metadata={"help": "seq/len ([TOPR]) or seq"})
     beta: float = 0.0  # TOPR has no reference model
 
 
 @dataclass
 class AGROConfig(GRPOConfig):
-    weights: str = field(default="onpolicy", metadata={"help": "onpolicy (Eqs. 5-6, TRL's fresh samples) "
-                                                               "or offpolicy (Eq. 4)"})
+    weights: str = field(default="onpolicy", metadata={"help": "onpolicy (Eqs. 5-6, TRL's fresh "
+                                                               "samples) or offpolicy (Eq. 4)"})
     lambda_lr: float = field(default=1.0, metadata={"help": "weight of the likelihood-ratio term"})
     lr_baseline: str = field(default="var", metadata={"help": "v_i of the likelihood-ratio term"})
     sequence_norm: str = field(default="seq", metadata={"help": "seq or seq/len"})
@@ -72,7 +78,8 @@ class AGROConfig(GRPOConfig):
 
 @dataclass
 class SPOConfig(GRPOConfig):
-    objective: str = field(default="terminal", metadata={"help": "terminal, nonterminal or advantage"})
+    objective: str = field(default="terminal",
+                           metadata={"help": "terminal, nonterminal or advantage"})
     regression: str = field(default="sq", metadata={"help": "sq or ce (spo.py's --loss)"})
     eps: float = field(default=1e-3, metadata={"help": "ce: Q/beta clipped to <= -eps"})
     beta: float = 0.5  # spo.py's default
@@ -80,8 +87,8 @@ class SPOConfig(GRPOConfig):
 
 @dataclass
 class OfflineConfig(TrainingArguments):
-    """TrainingArguments plus the offline losses' fields (TOPR: truncation .. sequence_norm; AGRO: beta,
-    sequence_norm). remove_unused_columns is off: the batches are lists of token ids."""
+    """TrainingArguments plus the offline losses' fields (TOPR: truncation .. sequence_norm; AGRO:
+    beta, sequence_norm). remove_unused_columns is off: the batches are lists of token ids."""
     truncation: str = "topr"
     baseline_c: float = -0.8
     split: float = 0.0
@@ -95,25 +102,29 @@ SEQUENCE_NORMS = ("seq", "seq/len")  # per-sequence means: exact under gradient 
 
 def _check_norm(norm: str) -> None:
     if norm not in SEQUENCE_NORMS:
-        raise ValueError(f"sequence_norm must be one of {SEQUENCE_NORMS} here, got {norm!r} (the token "
-                         "mean over a step spans micro-batches and devices: use the script)")
+        raise ValueError(f"sequence_norm must be one of {SEQUENCE_NORMS} here, got {norm!r} "
+                         "(the token mean over a step spans micro-batches and devices: use the "
+                         "script)")
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # The online trainers: TRL's generation and batching, the scripts' losses
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 class _ScriptLossTrainer(GRPOTrainer):
-    """GRPOTrainer whose batches also carry each completion's reward and per-completion fields, and whose
-    loss is a script's (`script_loss`). Subclasses define `completion_fields` and `script_loss`."""
+    """GRPOTrainer whose batches also carry each completion's reward and per-completion fields, and
+    whose loss is a script's (`script_loss`). Subclasses define `completion_fields` and
+    `script_loss`."""
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         gathered = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._all_rewards = (gathered * self.reward_weights.to(gathered.device)).nansum(dim=1)  # [N_all]
+        # [N_all]
+        self._all_rewards = (gathered * self.reward_weights.to(gathered.device)).nansum(dim=1)
         return gathered
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
-        here = slice(self.accelerator.process_index * len(inputs), (self.accelerator.process_index + 1) * len(inputs))
+        here = slice(self.accelerator.process_index * len(inputs),
+                     (self.accelerator.process_index + 1) * len(inputs))
         out["rewards"] = self._all_rewards[here]
         out.update(self.completion_fields(out, inputs, here))
         return out
@@ -135,19 +146,22 @@ class _ScriptLossTrainer(GRPOTrainer):
         return logps
 
     def group_view(self, values: torch.Tensor) -> torch.Tensor:
-        """[n] per-completion values of this process -> [groups, G] over all processes (TRL keeps a prompt's
-        G completions consecutive in the global batch, which may span processes)."""
+        """[n] per-completion values of this process -> [groups, G] over all processes (TRL keeps a
+        prompt's G completions consecutive in the global batch, which may span processes)."""
         return self.accelerator.gather(values).view(-1, self.num_generations)
 
     def _compute_loss(self, model, inputs):
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn, inputs["completion_ids"].size(1))
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attn,
+                                                              inputs["completion_ids"].size(1))
+        mask = (inputs["completion_mask"] if "tool_mask" not in inputs
+                else inputs["completion_mask"] * inputs["tool_mask"])
         mask = mask.to(logps.dtype)
         loss = self.script_loss(logps * mask, mask, inputs)
         mode = "train" if self.model.training else "eval"
-        self._metrics[mode]["script_loss"].append(self.accelerator.gather(loss.detach()).mean().item())
+        self._metrics[mode]["script_loss"].append(
+            self.accelerator.gather(loss.detach()).mean().item())
         return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1)
 
     def script_loss(self, logprobs: torch.Tensor, mask: torch.Tensor, inputs: dict) -> torch.Tensor:
@@ -155,17 +169,19 @@ class _ScriptLossTrainer(GRPOTrainer):
 
 
 class TOPRTrainer(_ScriptLossTrainer):
-    """[TOPR] Algorithm 1 on TRL's batches: topr.topr_loss with LP_mu the sequence log-prob under mu."""
+    """[TOPR] Algorithm 1 on TRL's batches: topr.topr_loss with LP_mu the sequence log-prob under
+    mu."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.args.truncation not in topr.LIMITS:
-            raise ValueError(f"truncation must be one of {list(topr.LIMITS)}, got {self.args.truncation!r}")
+            raise ValueError(f"truncation must be one of {list(topr.LIMITS)}, "
+                             f"got {self.args.truncation!r}")
         _check_norm(self.args.sequence_norm)
 
     def completion_fields(self, batch, inputs, here):
-        """lp_mu [n]: the sampler's own log-probs (vLLM) where TRL has them, so that the truncated ratio
-        also covers the sampler/trainer mismatch; else those of the weights that generated."""
+        """lp_mu [n]: the sampler's own log-probs (vLLM) where TRL has them, so that the truncated
+        ratio also covers the sampler/trainer mismatch; else those of the weights that generated."""
         mu = self.generation_logprobs(batch)
         if "sampling_per_token_logps" in batch:
             sampled = batch["sampling_per_token_logps"]
@@ -174,15 +190,18 @@ class TOPRTrainer(_ScriptLossTrainer):
 
     def script_loss(self, logprobs, mask, inputs):
         a = self.args
-        return topr.topr_loss(logprobs, mask, inputs["lp_mu"], inputs["rewards"], *topr.LIMITS[a.truncation],
-                              c=a.baseline_c, norm=a.sequence_norm, split=a.split)
+        return topr.topr_loss(logprobs, mask, inputs["lp_mu"], inputs["rewards"],
+                              *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
+                              split=a.split)
 
 
 class AGROTrainer(_ScriptLossTrainer):
-    """[AGRO] on TRL's groups: weights from the regularised rewards of the whole group, then agro.agro_loss.
+    """[AGRO] on TRL's groups: weights from the regularised rewards of the whole group, then
+    agro.agro_loss.
 
-    The weights are computed when the batch is generated, with h = log pi - log pi_ref of the generating
-    weights (as agro.py on fresh samples); with several optimizer steps per generation they stay those.
+    The weights are computed when the batch is generated, with h = log pi - log pi_ref of the
+    generating weights (as agro.py on fresh samples); with several optimizer steps per generation
+    they stay those.
     """
 
     def __init__(self, *args, **kwargs):
@@ -191,16 +210,19 @@ class AGROTrainer(_ScriptLossTrainer):
         if a.weights not in ("onpolicy", "offpolicy"):
             raise ValueError(f"weights must be onpolicy or offpolicy, got {a.weights!r}")
         if a.beta <= 0:
-            raise ValueError("AGRO needs beta > 0 (the KL coefficient; TRL then computes the reference log-probs)")
+            raise ValueError("AGRO needs beta > 0 (the KL coefficient; TRL then computes the "
+                             "reference log-probs)")
         if a.num_generations < (3 if a.weights == "onpolicy" and a.lr_baseline == "var" else 2):
-            raise ValueError("AGRO needs num_generations >= 2 (>= 3 for on-policy weights with lr_baseline var)")
+            raise ValueError("AGRO needs num_generations >= 2 (>= 3 for on-policy weights with "
+                             "lr_baseline var)")
         _check_norm(a.sequence_norm)
 
     def completion_fields(self, batch, inputs, here):
         a = self.args
         mask = batch["completion_mask"]
         h = ((self.generation_logprobs(batch) - batch["ref_per_token_logps"]) * mask).sum(-1)  # [n]
-        rpi = agro.regularised_rewards(self.group_view(batch["rewards"]), self.group_view(h), a.beta)  # [B, G]
+        rpi = agro.regularised_rewards(self.group_view(batch["rewards"]), self.group_view(h),
+                                       a.beta)  # [B, G]
         if a.weights == "onpolicy":
             w = agro.agro_onpolicy_weights(rpi, a.beta, a.lambda_lr, a.lr_baseline)
         else:
@@ -212,51 +234,60 @@ class AGROTrainer(_ScriptLossTrainer):
 
 
 class SPOTrainer(_ScriptLossTrainer):
-    """[SPO] §3 on TRL's batches: Q = Q0_hat + beta sum (log pi - log pi_0), regressed onto r in {0, -1}.
+    """[SPO] §3 on TRL's batches: Q = Q0_hat + beta sum (log pi - log pi_0), regressed onto r in
+    {0, -1}.
 
-    Q0_hat of a prompt comes from a `q0` column of the dataset (spo.py's estimate from pi_0; q0_column), or,
-    without one, from the success rate of the OTHER G - 1 completions of its group (leave-one-out, so a
-    completion's Q0_hat does not depend on its own reward): samples of the current policy at TRL's
-    temperature rather than of pi_0, the same at the first step.
+    Q0_hat of a prompt comes from a `q0` column of the dataset (spo.py's estimate from pi_0;
+    q0_column), or, without one, from the success rate of the OTHER G - 1 completions of its group
+    (leave-one-out, so a completion's Q0_hat does not depend on its own reward): samples of the
+    current policy at TRL's temperature rather than of pi_0, the same at the first step.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         a = self.args
         if a.beta <= 0:
-            raise ValueError("SPO needs beta > 0 (the KL strength; TRL then computes the log-probs of pi_0)")
-        if a.objective not in ("terminal", "nonterminal", "advantage") or a.regression not in ("sq", "ce"):
+            raise ValueError("SPO needs beta > 0 (the KL strength; TRL then computes the log-probs "
+                             "of pi_0)")
+        if (a.objective not in ("terminal", "nonterminal", "advantage")
+                or a.regression not in ("sq", "ce")):
             raise ValueError(f"unknown SPO objective/regression {a.objective!r}/{a.regression!r}")
 
     def completion_fields(self, batch, inputs, here):
         r = batch["rewards"]
         if not torch.all((r == 0) | (r == -1)):
-            raise ValueError("SPOTrainer needs rewards in {0 (correct), -1 (otherwise)}: use spo_reward")
+            raise ValueError("SPOTrainer needs rewards in {0 (correct), -1 (otherwise)}: "
+                             "use spo_reward")
         if "q0" in inputs[0]:
-            return {"q0": torch.tensor([x["q0"] for x in inputs], dtype=torch.float64, device=r.device)}
+            return {"q0": torch.tensor([x["q0"] for x in inputs], dtype=torch.float64,
+                                       device=r.device)}
         wins = self.group_view((r == 0).double())  # [B, G]
         others = wins.sum(-1, keepdim=True) - wins
-        q0 = spo.q0_from_successes(others, torch.full_like(others, self.num_generations - 1), self.args.beta)
+        q0 = spo.q0_from_successes(others, torch.full_like(others, self.num_generations - 1),
+                                   self.args.beta)
         return {"q0": q0.reshape(-1)[here]}
 
     def script_loss(self, logprobs, mask, inputs):
         a = self.args
-        q, q_t = spo.cumulative_q(logprobs, inputs["ref_per_token_logps"], mask, inputs["q0"], a.beta)
-        return spo.spo_loss(q, q_t, mask, inputs["q0"], inputs["rewards"], a.beta, a.objective, a.regression,
-                            a.eps)
+        q, q_t = spo.cumulative_q(logprobs, inputs["ref_per_token_logps"], mask, inputs["q0"],
+                                  a.beta)
+        return spo.spo_loss(q, q_t, mask, inputs["q0"], inputs["rewards"], a.beta, a.objective,
+                            a.regression, a.eps)
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Data: prompts and rewards of a task, Q0 from spo.py's cache
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def task_rows(task, problems: list[dict], tokenizer, style: str) -> list[dict]:
     """TRL dataset rows: the prompt text and the task's fields (handed to the reward function)."""
-    return [{"prompt": common.prompt_text(task, p, tokenizer, style), **{f: p[f] for f in task.FIELDS}}
+    return [{"prompt": common.prompt_text(task, p, tokenizer, style),
+             **{f: p[f] for f in task.FIELDS}}
             for p in problems]
 
 
 def task_reward(task, kind: str):
-    """A TRL reward function: kind "pm1" (+1/-1, TOPR's paper reward), "spo" (0/-1) or a task variant."""
+    """A TRL reward function: kind "pm1" (+1/-1, TOPR's paper reward), "spo" (0/-1) or a task
+    variant."""
     def score(problem, text):
         if kind == "spo":
             return spo.spo_reward(task, problem, text)
@@ -270,30 +301,33 @@ def task_reward(task, kind: str):
 
 
 def q0_column(rows: list[dict], task, cache_file: str, made_with: dict, beta: float) -> list[dict]:
-    """rows with a `q0` field: Q0_hat of each row's problem from spo.py's q0.jsonl. made_with: what the
-    estimate must have been made with, as spo.q0_made_with writes it ({"model": pi_0's folder, "task",
-    "max_new_tokens", "samples"}). UsageError naming the first problem the cache lacks."""
+    """rows with a `q0` field: Q0_hat of each row's problem from spo.py's q0.jsonl. made_with: what
+    the estimate must have been made with, as spo.q0_made_with writes it ({"model": pi_0's folder,
+    "task", "max_new_tokens", "samples"}). UsageError naming the first problem the cache lacks."""
     table = spo.read_q0_cache(cache_file, made_with)
     out = []
     for row in rows:
         hit = table.get(task.problem_key(task.problem_from_row(row)))
         if hit is None:
             raise common.UsageError(f"{cache_file}: no Q0 estimate of {task.problem_from_row(row)}")
-        q0 = spo.q0_from_successes(torch.tensor(hit["successes"]), torch.tensor(made_with["samples"]), beta)
+        q0 = spo.q0_from_successes(torch.tensor(hit["successes"]),
+                                   torch.tensor(made_with["samples"]), beta)
         out.append({**row, "q0": float(q0)})
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Fully offline: a transformers Trainer on the files the scripts write
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def _as_lists(features: list[dict]) -> dict:
-    """Collator: the batch stays lists (common.completion_logprobs pads and places completions itself)."""
+    """Collator: the batch stays lists (common.completion_logprobs pads and places completions
+    itself)."""
     return {k: [f[k] for f in features] for k in features[0]}
 
 
 class _OfflineTrainer(Trainer):
-    loss_is_scaled_for_ga = False  # a mean over this micro-batch: Trainer divides by the accumulation steps
+    # a mean over this micro-batch: Trainer divides by the accumulation steps
+    loss_is_scaled_for_ga = False
 
     def __init__(self, *args, pad_id: int, **kwargs):
         kwargs.setdefault("data_collator", _as_lists)
@@ -314,14 +348,15 @@ class TOPROfflineTrainer(_OfflineTrainer):
         logprobs, mask = self.logprobs(model, inputs["prompt_ids"], inputs["completion_ids"])
         device = logprobs.device
         return topr.topr_loss(logprobs, mask, torch.tensor(inputs["lp_mu"], device=device),
-                              torch.tensor(inputs["reward"], device=device), *topr.LIMITS[a.truncation],
-                              c=a.baseline_c, norm=a.sequence_norm, split=a.split)
+                              torch.tensor(inputs["reward"], device=device),
+                              *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
+                              split=a.split)
 
 
 class AGROOfflineTrainer(_OfflineTrainer):
     """Off-policy [AGRO] (Eq. 4) on a file of groups: rows {prompt_ids, completion_ids: [n lists],
-    rewards: [n]} (agro_groups reads agro.py's reference_samples.jsonl). h = log pi - log pi_ref with the
-    current pi at every step, as in agro.py."""
+    rewards: [n]} (agro_groups reads agro.py's reference_samples.jsonl). h = log pi - log pi_ref
+    with the current pi at every step, as in agro.py."""
 
     def __init__(self, *args, ref_model, **kwargs):
         super().__init__(*args, **kwargs)
@@ -331,27 +366,32 @@ class AGROOfflineTrainer(_OfflineTrainer):
         n = len(inputs["completion_ids"][0])
         prompts = [p for p in inputs["prompt_ids"] for _ in range(n)]
         completions = [c for group in inputs["completion_ids"] for c in group]
-        logprobs, ref_lp, mask, _ = agro.policy_and_reference(model, self.ref_model, prompts, completions,
-                                                              self.pad_id, with_kl=False)
-        rewards = torch.tensor(inputs["rewards"], dtype=logprobs.dtype, device=logprobs.device)  # [B, n]
+        logprobs, ref_lp, mask, _ = agro.policy_and_reference(model, self.ref_model, prompts,
+                                                              completions, self.pad_id,
+                                                              with_kl=False)
+        # [B, n]
+        rewards = torch.tensor(inputs["rewards"], dtype=logprobs.dtype, device=logprobs.device)
         h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(rewards)
         w = agro.agro_offpolicy_weights(agro.regularised_rewards(rewards, h, self.args.beta))
         return agro.agro_loss(logprobs, mask, w.reshape(-1), self.args.sequence_norm)
 
 
 def topr_rows(path: str, task, tokenizer, style: str) -> list[dict]:
-    """topr.py's samples file as rows {prompt_ids, completion_ids, reward, lp_mu}; the reward is the one
-    written (topr.py's variant at generation). UsageError when a row lacks lp_mu or reward."""
+    """topr.py's samples file as rows {prompt_ids, completion_ids, reward, lp_mu}; the reward is the
+    one written (topr.py's variant at generation). UsageError when a row lacks lp_mu or reward."""
     rows = topr.read_rows(path, task, tokenizer, style)
     for i, r in enumerate(rows, 1):
         if "lp_mu" not in r or "reward" not in r:
-            raise common.UsageError(f"{path}:{i}: lp_mu or reward missing (write the file with topr.py)")
+            raise common.UsageError(f"{path}:{i}: lp_mu or reward missing (write the file with "
+                                    "topr.py)")
     return [{k: r[k] for k in ("prompt_ids", "completion_ids", "reward", "lp_mu")} for r in rows]
 
 
 def agro_groups(path: str, task, n: int, tokenizer, style: str, variant: str) -> list[dict]:
-    """agro.py's offline groups file (reference_samples.jsonl) as rows {prompt_ids, completion_ids: [n],
-    rewards: [n]}, rewards computed from the text with the task's `variant` (as agro.py does)."""
+    """agro.py's offline groups file (reference_samples.jsonl) as rows {prompt_ids, completion_ids:
+    [n], rewards: [n]}, rewards computed from the text with the task's `variant` (as agro.py
+    does)."""
     groups = agro.offline_groups(agro.read_offline(path, task, n), task, variant, tokenizer, style)
-    return [{"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids[:n], "rewards": g.rewards[:n]}
+    return [{"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids[:n],
+             "rewards": g.rewards[:n]}
             for g in groups]
