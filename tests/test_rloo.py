@@ -1,4 +1,5 @@
-"""rloo.py: the leave-one-out estimator, its unbiasedness on a bandit, learning, and the vLLM sync."""
+"""rloo.py: the leave-one-out estimator, its unbiasedness on a bandit, learning, and the vLLM
+sync."""
 import json
 import math
 import os
@@ -24,7 +25,8 @@ def test_advantages_on_hand_computed_rewards():
     r = torch.rand(5, 6, dtype=torch.float64)
     loo = r - (r.sum(-1, keepdim=True) - r) / 5  # the definition, written out
     assert torch.allclose(rloo.rloo_advantages(r), loo, atol=1e-12)
-    assert torch.equal(rloo.rloo_advantages(torch.full((2, 3), 0.7)), torch.zeros(2, 3))  # no signal
+    # no signal
+    assert torch.equal(rloo.rloo_advantages(torch.full((2, 3), 0.7)), torch.zeros(2, 3))
     with pytest.raises(ValueError, match="k >= 2"):
         rloo.rloo_advantages(torch.tensor([[1.0]]))
 
@@ -33,24 +35,28 @@ def test_loss_on_hand_computed_tensors():
     logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-3.0, 0.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     adv = torch.tensor([1.0, -1.0])
-    assert rloo.rloo_loss(logprobs, mask, adv, "seq").item() == pytest.approx(-(1 * -3 + -1 * -3) / 2)
-    assert rloo.rloo_loss(logprobs, mask, adv, "seq/len").item() == pytest.approx(-(-3 / 2 + 3 / 1) / 2)
+    assert rloo.rloo_loss(logprobs, mask, adv, "seq").item() == pytest.approx(
+        -(1 * -3 + -1 * -3) / 2)
+    assert rloo.rloo_loss(logprobs, mask, adv, "seq/len").item() == pytest.approx(
+        -(-3 / 2 + 3 / 1) / 2)
     assert rloo.rloo_loss(logprobs, mask, adv, "token").item() == pytest.approx(-(-1 - 2 + 3) / 3)
     rloo.rloo_loss(logprobs, mask, adv, "seq").backward()
-    assert logprobs.grad.tolist() == [[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]  # padding gets no gradient
+    # padding gets no gradient
+    assert logprobs.grad.tolist() == [[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.1])
 def test_estimator_is_unbiased_on_a_bandit(beta):
-    """6 arms, softmax policy, known rewards, k=4: the mean RLOO estimate over 2e5 batches matches the
-    exact gradient of E[r] - beta KL(pi || pi_ref), pi * (R - pi.R) with R = r - beta log(pi/pi_ref),
-    within 4 standard errors."""
+    """6 arms, softmax policy, known rewards, k=4: the mean RLOO estimate over 2e5 batches matches
+    the exact gradient of E[r] - beta KL(pi || pi_ref), pi * (R - pi.R) with R = r - beta
+    log(pi/pi_ref), within 4 standard errors."""
     g = torch.Generator().manual_seed(0)
     theta = torch.randn(6, generator=g, dtype=torch.float64)
     ref = torch.randn(6, generator=g, dtype=torch.float64)
     r = torch.rand(6, generator=g, dtype=torch.float64)
     pi = torch.softmax(theta, 0)
-    R = r - beta * (torch.log_softmax(theta, 0) - torch.log_softmax(ref, 0))  # regularised reward per arm
+    # regularised reward per arm
+    R = r - beta * (torch.log_softmax(theta, 0) - torch.log_softmax(ref, 0))
     exact = pi * (R - (pi * R).sum())
 
     M, k = 200_000, 4
@@ -89,33 +95,40 @@ def _draw_args(beta):
 
 def test_dynamic_sampling_keeps_groups_whose_kl_term_is_not_zero():
     """Equal rewards but different completions: with beta > 0 the advantages -beta(h_i - mean h) are
-    not 0, so the group stays (one round); with beta = 0 it is set aside and more prompts are drawn."""
+    not 0, so the group stays (one round); with beta = 0 it is set aside and more prompts are
+    drawn."""
     pool, prompts = [{"nums": [50, 60], "target": 7}] * 8, [[i] for i in range(8)]
     batch = rloo.draw_batch(_WrongAnswers(), countdown, pool, prompts, 0, _draw_args(0.1))
     assert batch.generated == 16 and batch.signal_share == 1.0 and len(batch.groups) == 4
     batch = rloo.draw_batch(_WrongAnswers(), countdown, pool, prompts, 0, _draw_args(0.0))
     assert batch.generated > 16 and batch.signal_share == 0.0 and len(batch.groups) == 4
-    # k identical completions have equal h too: A = 0 exactly, so even with beta > 0 they are set aside
-    batch = rloo.draw_batch(_WrongAnswers(identical=True), countdown, pool, prompts, 0, _draw_args(0.1))
+    # k identical completions have equal h too: A = 0 exactly, so even with beta > 0 they are set
+    # aside
+    batch = rloo.draw_batch(_WrongAnswers(identical=True), countdown, pool, prompts, 0,
+                            _draw_args(0.1))
     assert batch.generated > 16 and batch.signal_share == 0.0
 
 
 def test_dynamic_sampling_with_beta_keeps_the_expected_gradient_direction():
-    """Two prompts, 4 arms each, k = 4, beta = 0.5; prompt 0 gives every arm the same reward, so only
-    its KL term teaches. The groups has_signal drops all have A = 0 exactly, and the mean estimate over
-    the kept groups, times the share kept, is the exact gradient of E[r] - beta KL (4 standard errors).
-    Dropping by raw rewards alone (the rule before) zeroes prompt 0's block, which is -beta grad KL."""
+    """Two prompts, 4 arms each, k = 4, beta = 0.5; prompt 0 gives every arm the same reward, so
+    only its KL term teaches. The groups has_signal drops all have A = 0 exactly, and the mean
+    estimate over the kept groups, times the share kept, is the exact gradient of E[r] - beta KL (4
+    standard errors). Dropping by raw rewards alone (the rule before) zeroes prompt 0's block, which
+    is -beta grad KL."""
     g = torch.Generator().manual_seed(1)
     beta, k, M = 0.5, 4, 100_000
     theta = torch.randn(2, 4, generator=g, dtype=torch.float64)
     ref = torch.randn(2, 4, generator=g, dtype=torch.float64)
-    r = torch.stack([torch.ones(4, dtype=torch.float64), torch.rand(4, generator=g, dtype=torch.float64)])
-    pi, log_ratio = torch.softmax(theta, -1), torch.log_softmax(theta, -1) - torch.log_softmax(ref, -1)
+    r = torch.stack([torch.ones(4, dtype=torch.float64),
+                     torch.rand(4, generator=g, dtype=torch.float64)])
+    pi, log_ratio = (torch.softmax(theta, -1),
+                     torch.log_softmax(theta, -1) - torch.log_softmax(ref, -1))
     R = r - beta * log_ratio  # [2, 4]
     exact = 0.5 * pi * (R - (pi * R).sum(-1, keepdim=True))  # prompts drawn with probability 1/2
 
     x = torch.randint(0, 2, (M,), generator=g)
-    arms = torch.where(x[:, None] == 0, torch.multinomial(pi[0], M * k, True, generator=g).view(M, k),
+    arms = torch.where(x[:, None] == 0,
+                       torch.multinomial(pi[0], M * k, True, generator=g).view(M, k),
                        torch.multinomial(pi[1], M * k, True, generator=g).view(M, k))
     adv = rloo.rloo_advantages(R[x[:, None], arms])  # [M, k]
     kept = torch.tensor([rloo.has_signal(r[s, a].tolist(), [[i] for i in a.tolist()], beta)
@@ -127,7 +140,8 @@ def test_dynamic_sampling_with_beta_keeps_the_expected_gradient_direction():
     estimate = per_group[kept].mean(0) * kept.double().mean()
     se = per_group[kept].std(0) / kept.sum() ** 0.5 * kept.double().mean()
     assert ((estimate - exact).abs() / se).max() < 4.0
-    assert exact[0].abs().max() > 20 * se[0].max()  # prompt 0's block is far from 0: the test can fail
+    # prompt 0's block is far from 0: the test can fail
+    assert exact[0].abs().max() > 20 * se[0].max()
 
 
 class _Bigram(torch.nn.Module):
@@ -141,18 +155,22 @@ class _Bigram(torch.nn.Module):
 
 
 def test_rloo_step_on_a_hand_checked_case():
-    """pi uniform over 4 tokens; pi_ref = (1/2, 1/4, 1/8, 1/8) after every token. y1 = [1], y2 = [0, 0];
-    with l = log 2: log pi = (-2l, -4l), log pi_ref = (-2l, -2l), so h = (0, -2l). r = (1, 0), beta = 1/2:
-    R = r - beta h = (1, l), A = (1 - l, l - 1), loss = -(A1 (-2l) + A2 (-4l))/2 = -l (1 - l).
-    The wrong sign (r + beta h) would give -l (1 + l). One SGD step (lr 1) moves the row of token 0,
-    which only y2's second token uses, by -grad = A2/2 * (onehot(0) - 1/4)."""
+    """pi uniform over 4 tokens; pi_ref = (1/2, 1/4, 1/8, 1/8) after every token. y1 = [1], y2 = [0,
+    0]; with l = log 2: log pi = (-2l, -4l), log pi_ref = (-2l, -2l), so h = (0, -2l). r = (1, 0),
+    beta = 1/2: R = r - beta h = (1, l), A = (1 - l, l - 1), loss = -(A1 (-2l) + A2 (-4l))/2 = -l
+    (1 - l). The wrong sign (r + beta h) would give -l (1 + l). One SGD step (lr 1) moves the row of
+    token 0, which only y2's second token uses, by -grad = A2/2 * (onehot(0) - 1/4)."""
     l = math.log(2)
     model = _Bigram(torch.zeros(4, 4))
-    ref = _Bigram(torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4, 1)).requires_grad_(False)
-    samples = [common.Sample([2], [1], "", [-2 * l], True), common.Sample([2], [0, 0], "", [-2 * l] * 2, True)]
-    args = SimpleNamespace(k=2, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1.0, warmup=0)
+    ref = _Bigram(
+        torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4, 1)).requires_grad_(False)
+    samples = [common.Sample([2], [1], "", [-2 * l], True),
+               common.Sample([2], [0, 0], "", [-2 * l] * 2, True)]
+    args = SimpleNamespace(k=2, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1.0,
+                           warmup=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    m = rloo.rloo_step(model, ref, optimizer, [rloo.Group({}, samples, [1.0, 0.0])], args, 3, step=0)
+    m = rloo.rloo_step(model, ref, optimizer, [rloo.Group({}, samples, [1.0, 0.0])], args, 3,
+                       step=0)
     assert m["loss"] == pytest.approx(-l * (1 - l), abs=1e-6)
     assert m["kl"] == pytest.approx(-l, abs=1e-6)  # mean h = (0 - 2l)/2
     assert m["logprob_gap"] == pytest.approx(0.0, abs=1e-6) and m["length"] == 1.5
@@ -176,63 +194,75 @@ def _problem_file(tmp_path, problems):
 
 
 RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
-       "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--no-resample-uniform"]
+       "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0",
+       "--no-resample-uniform"]
 
 
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
-    """Four 2-number sums, 16 samples each, 30 steps: the mean reward (256 fresh samples) rises by a margin.
-    Seen with seed 0: 0.137 -> 0.348 (seeds 1 and 2: +0.11, +0.10)."""
-    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, FOUR), "--prompts", "4",
-                           "--k", "16", "--lr", "5e-4", "--steps", "30", "--engine", "hf",
-                           "--out", str(tmp_path / "run")])
+    """Four 2-number sums, 16 samples each, 30 steps: the mean reward (256 fresh samples) rises by a
+    margin. Seen with seed 0: 0.137 -> 0.348 (seeds 1 and 2: +0.11, +0.10)."""
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, FOUR),
+                           "--prompts", "4", "--k", "16", "--lr", "5e-4", "--steps", "30",
+                           "--engine", "hf", "--out", str(tmp_path / "run")])
     before, after = _mean_reward(weak_sft, FOUR), _mean_reward(os.path.join(out, "final"), FOUR)
     assert after > before + 0.08, (before, after)
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][1:]
-    assert all(r["logprob_gap"] < 1e-4 for r in rows)  # HF generate samples from the trained model itself
+    # HF generate samples from the trained model itself
+    assert all(r["logprob_gap"] < 1e-4 for r in rows)
 
 
 def test_vllm_engine_stays_in_sync_during_training(weak_sft, tmp_path):
-    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "8",
-                           "--k", "4", "--lr", "5e-4", "--steps", "4", "--engine", "vllm",
-                           "--out", str(tmp_path / "run")])
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
+                           "--prompts", "8", "--k", "4", "--lr", "5e-4", "--steps", "4",
+                           "--engine", "vllm", "--out", str(tmp_path / "run")])
     first, *rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert len(rows) == 4
-    assert all(r["logprob_gap"] < 1e-3 for r in rows)  # every step samples from the weights just trained
-    assert first["kl_to_ref"] == 0.0 and rows[-1]["kl_to_ref"] > 0.0  # the policy has moved away from the reference
+    # every step samples from the weights just trained
+    assert all(r["logprob_gap"] < 1e-3 for r in rows)
+    # the policy has moved away from the reference
+    assert first["kl_to_ref"] == 0.0 and rows[-1]["kl_to_ref"] > 0.0
 
 
 def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, tiny_path, tmp_path):
-    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "4",
-                           "--k", "4", "--lr", "5e-4", "--warmup", "0", "--steps", "2", "--beta", "0.1",
-                           "--engine", "hf", "--out", str(tmp_path / "run")])
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
+                           "--prompts", "4", "--k", "4", "--lr", "5e-4", "--warmup", "0",
+                           "--steps", "2", "--beta", "0.1", "--engine", "hf",
+                           "--out", str(tmp_path / "run")])
     _, first, second = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
-    assert first["kl"] == 0.0  # step 1 trains on samples of the reference weights themselves: h = 0 exactly
+    # step 1 trains on samples of the reference weights themselves: h = 0 exactly
+    assert first["kl"] == 0.0
     assert second["kl"] != 0.0
 
-    # The sign: one step with equal rewards (only the KL term teaches) from a policy away from pi_ref
+    # The sign: one step with equal rewards (only the KL term teaches) from a policy away from
+    # pi_ref
     # (weak_sft vs the random tiny model) must make the samples with h above their group's mean less
     # likely relative to pi_ref: sum_i (h_i - mean_g h) * (change of h_i) < 0 to first order in lr.
     # With R = r + beta h (the wrong sign) it is > 0.
     common.setup(0, 1)
     policy, tok = common.load_model(weak_sft)
     ref, _ = common.load_model(tiny_path)
-    groups = [rloo.Group(p, g, [0.0] * 4) for p, g in zip(SUMS[:8], common.HFEngine(policy, tok).generate(
-        common.encode_prompts(countdown, SUMS[:8], tok, "compact"), common.SamplingConfig(4, 16, seed=0)))]
+    groups = [rloo.Group(p, g, [0.0] * 4) for p, g in zip(
+        SUMS[:8], common.HFEngine(policy, tok).generate(
+            common.encode_prompts(countdown, SUMS[:8], tok, "compact"),
+            common.SamplingConfig(4, 16, seed=0)))]
     flat = [s for g in groups for s in g.samples]
-    h_before = _sequence_logprobs(policy, flat, tok.pad_token_id) - _sequence_logprobs(ref, flat, tok.pad_token_id)
-    args = SimpleNamespace(k=4, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1e-3, warmup=0)
+    h_before = (_sequence_logprobs(policy, flat, tok.pad_token_id)
+                - _sequence_logprobs(ref, flat, tok.pad_token_id))
+    args = SimpleNamespace(k=4, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1e-3,
+                           warmup=0)
     m = rloo.rloo_step(policy, ref, torch.optim.SGD(policy.parameters(), lr=1e-3), groups, args,
                        tok.pad_token_id, step=0)
     assert m["kl"] == pytest.approx(h_before.mean().item(), rel=1e-4)  # h = log pi - log pi_ref
-    h_after = _sequence_logprobs(policy, flat, tok.pad_token_id) - _sequence_logprobs(ref, flat, tok.pad_token_id)
+    h_after = (_sequence_logprobs(policy, flat, tok.pad_token_id)
+               - _sequence_logprobs(ref, flat, tok.pad_token_id))
     centred = (h_before.view(8, 4) - h_before.view(8, 4).mean(-1, keepdim=True)).view(-1)
     assert (centred * (h_after - h_before)).sum().item() < 0
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(weak_sft, tmp_path):
-    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "2",
-                           "--k", "2", "--steps", "1000", "--time-limit", "0.001", "--engine", "hf",
-                           "--out", str(tmp_path / "run")])
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
+                           "--prompts", "2", "--k", "2", "--steps", "1000", "--time-limit", "0.001",
+                           "--engine", "hf", "--out", str(tmp_path / "run")])
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out during the first step
     assert "eval3/sampled/accuracy" in rows[-1]
@@ -291,15 +321,16 @@ def _kill_when(argv, ready, timeout=600):
 def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sft, tmp_path):
     """A real process killed (SIGKILL) right after its step-2 checkpoint, or during step 4 (after
     the step-3 evaluation), then `--resume`d: every logged metric equals the uninterrupted run's."""
-    argv = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "4",
-                  "--k", "4", "--lr", "5e-4", "--steps", "6", "--save-every", "2", "--eval-every", "3",
-                  "--beta", "0.1", "--engine", "hf"]
+    argv = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts",
+                  "4", "--k", "4", "--lr", "5e-4", "--steps", "6", "--save-every", "2",
+                  "--eval-every", "3", "--beta", "0.1", "--engine", "hf"]
     straight = rloo.main(argv + ["--out", str(tmp_path / "a")])
     run = str(tmp_path / "b")
-    ready = (lambda: _saved_step(run) == 2) if moment == "after_a_checkpoint" else (lambda: _logged(run) >= 4)
+    ready = ((lambda: _saved_step(run) == 2) if moment == "after_a_checkpoint"
+             else (lambda: _logged(run) >= 4))
     assert _kill_when(["rloo.py", *argv, "--out", run], ready) == -9  # killed, not finished
-    proc = subprocess.run([sys.executable, "rloo.py", "--resume", run], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "rloo.py", "--resume", run], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _rows(run) == _rows(straight)
     assert "eval3/sampled/accuracy" in _rows(run)[-1]
@@ -308,8 +339,9 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sf
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(weak_sft, tmp_path):
     run = str(tmp_path / "run")
     proc = subprocess.Popen([sys.executable, "rloo.py", *RUN, "--model", weak_sft, "--problems",
-                             _problem_file(tmp_path, SUMS), "--prompts", "2", "--k", "2", "--steps", "500",
-                             "--save-every", "500", "--engine", "hf", "--out", run],
+                             _problem_file(tmp_path, SUMS), "--prompts", "2", "--k", "2",
+                             "--steps", "500", "--save-every", "500", "--engine", "hf", "--out",
+                             run],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while _logged(run) < 3 and proc.poll() is None:  # step 0 (evaluation) and two steps
         time.sleep(0.01)
@@ -322,10 +354,11 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(weak_sft, tmp_path):
 
 # CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, inf, an empty
 # string or a missing path: exit 2 with one line, or a normal start. Runs up to the model load only.
-RLOO_FLAGS = ["--task", "--model", "--out", "--resume", "--steps", "--time-limit", "--prompts", "--k",
-              "--beta", "--loss-norm", "--reward", "--max-draws", "--lr", "--warmup", "--clip",
-              "--micro-batch", "--max-new-tokens", "--sizes", "--eval-sizes", "--problems", "--train-size",
-              "--eval-every", "--eval-size", "--eval-k", "--save-every", "--engine", "--seed", "--threads"]
+RLOO_FLAGS = ["--task", "--model", "--out", "--resume", "--steps", "--time-limit", "--prompts",
+              "--k", "--beta", "--loss-norm", "--reward", "--max-draws", "--lr", "--warmup",
+              "--clip", "--micro-batch", "--max-new-tokens", "--sizes", "--eval-sizes",
+              "--problems", "--train-size", "--eval-every", "--eval-size", "--eval-k",
+              "--save-every", "--engine", "--seed", "--threads"]
 BAD_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/no/such/path.jsonl"]
 
 
