@@ -23,26 +23,32 @@ from tasks import countdown
 f64 = torch.float64
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Hand-computed tensors
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def test_weights_on_hand_computed_tensors():
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=f64)
     h = torch.tensor([[0.5, -0.5, 0.0, 1.0]], dtype=f64, requires_grad=True)
-    rpi = agro.regularised_rewards(r, h, beta=0.2)  # r - 0.2 h = [0.9, 0.1, 0, 0.8], no gradient to h
-    assert torch.allclose(rpi, torch.tensor([[0.9, 0.1, 0.0, 0.8]], dtype=f64)) and not rpi.requires_grad
-    assert torch.allclose(agro.loo_baseline(rpi), torch.tensor([[0.3, 1.7 / 3, 0.6, 1 / 3]], dtype=f64))
+    # r - 0.2 h = [0.9, 0.1, 0, 0.8], no gradient to h
+    rpi = agro.regularised_rewards(r, h, beta=0.2)
+    assert (torch.allclose(rpi, torch.tensor([[0.9, 0.1, 0.0, 0.8]], dtype=f64))
+            and not rpi.requires_grad)
+    assert torch.allclose(agro.loo_baseline(rpi),
+                          torch.tensor([[0.3, 1.7 / 3, 0.6, 1 / 3]], dtype=f64))
     adv = agro.agro_offpolicy_weights(rpi)  # [0.6, 0.1 - 1.7/3, -0.6, 0.8 - 1/3]
     assert torch.allclose(adv, torch.tensor([[0.6, 0.1 - 1.7 / 3, -0.6, 0.8 - 1 / 3]], dtype=f64))
     # on-policy: adv - lambda/(2 beta) (adv^2 - v), three choices of v
     others_var = torch.tensor([[torch.tensor(v, dtype=f64).var().item() for v in
-                                ([0.1, 0.0, 0.8], [0.9, 0.0, 0.8], [0.9, 0.1, 0.8], [0.9, 0.1, 0.0])]], dtype=f64)
+                                ([0.1, 0.0, 0.8], [0.9, 0.0, 0.8], [0.9, 0.1, 0.8],
+                                 [0.9, 0.1, 0.0])]], dtype=f64)
     sq = adv ** 2
     paper_v = (sq.sum() - sq) / 3
-    for base, v in [("none", torch.zeros_like(adv)), ("var", 4 / 3 * others_var), ("paper", paper_v)]:
+    for base, v in [("none", torch.zeros_like(adv)), ("var", 4 / 3 * others_var),
+                    ("paper", paper_v)]:
         w = agro.agro_onpolicy_weights(rpi, beta=0.2, lambda_lr=0.5, lr_baseline=base)
         assert torch.allclose(w, adv - 0.5 * 0.5 * (sq - v) / 0.2), base
-    assert torch.equal(agro.agro_onpolicy_weights(rpi, 0.2, 0.0), adv)  # lambda_LR = 0: the off-policy weights
+    # lambda_LR = 0: the off-policy weights
+    assert torch.equal(agro.agro_onpolicy_weights(rpi, 0.2, 0.0), adv)
     with pytest.raises(ValueError, match="n >= 2"):
         agro.agro_offpolicy_weights(torch.ones(3, 1))
     with pytest.raises(ValueError, match="n >= 3"):
@@ -54,12 +60,15 @@ def test_losses_on_hand_computed_tensors():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     w = torch.tensor([1.0, -1.0])
     assert agro.agro_loss(logprobs, mask, w, "seq").item() == pytest.approx(-(1 * -3 + -1 * -3) / 2)
-    assert agro.agro_loss(logprobs, mask, w, "seq/len").item() == pytest.approx(-(-3 / 2 + 3 / 1) / 2)
+    assert agro.agro_loss(logprobs, mask, w, "seq/len").item() == pytest.approx(
+        -(-3 / 2 + 3 / 1) / 2)
     assert agro.agro_loss(logprobs, mask, w, "token").item() == pytest.approx(-(-1 - 2 + 3) / 3)
     agro.agro_loss(logprobs, mask, w, "seq").backward()
-    assert logprobs.grad.tolist() == [[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]  # padding gets no gradient
+    # padding gets no gradient
+    assert logprobs.grad.tolist() == [[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]
     # KL-PG: raw rewards [1, 0] in one group -> advantages [1, -1]; the KL term is differentiated
-    kl = torch.tensor([[0.1, 0.2, 5.0], [0.3, 7.0, 7.0]], requires_grad=True)  # junk on padding: masked out
+    # junk on padding: masked out
+    kl = torch.tensor([[0.1, 0.2, 5.0], [0.3, 7.0, 7.0]], requires_grad=True)
     loss = agro.klpg_loss(logprobs, mask, torch.tensor([[1.0, 0.0]]), kl, beta=0.5, norm="seq")
     assert loss.item() == pytest.approx(0.0 + 0.5 * (0.3 + 0.3) / 2)
     loss.backward()
@@ -71,9 +80,9 @@ def test_losses_on_hand_computed_tensors():
     assert torch.allclose(out, torch.tensor([[0.5 * 0.6931472 - 0.25 * 0.6931472, 0.0]]))
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Tabular bandits: each arm is a one-token "sequence" with its own logit
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def kl_div(logits, target_logp):
     lp = torch.log_softmax(logits, -1)
     return (lp.exp() * (lp - target_logp)).sum(-1)
@@ -84,26 +93,30 @@ def bandit(seed, K=6, beta=0.3):
     ref = torch.randn(K, generator=g, dtype=f64)
     r = torch.rand(K, generator=g, dtype=f64)
     ref_logp = torch.log_softmax(ref, -1)
-    return ref, ref_logp, r, torch.log_softmax(ref_logp + r / beta, -1)  # pi* = pi_ref exp(r/beta) / Z
+    # pi* = pi_ref exp(r/beta) / Z
+    return ref, ref_logp, r, torch.log_softmax(ref_logp + r / beta, -1)
 
 
 def expected_grad(theta, ref_logp, r, beta, mu, n, kind, lam=1.0, base="none"):
-    """The EXACT expectation of the autograd gradient of agro.py's loss over the batch, enumerating every
-    n-tuple of arms drawn from mu (mu=None: from the current policy, on-policy). Each group's rows are
-    scaled by its probability, so the losses' mean over rows is the expectation over groups."""
+    """The EXACT expectation of the autograd gradient of agro.py's loss over the batch, enumerating
+    every n-tuple of arms drawn from mu (mu=None: from the current policy, on-policy). Each group's
+    rows are scaled by its probability, so the losses' mean over rows is the expectation over
+    groups."""
     th = theta.clone().requires_grad_(True)
     K = len(r)
     arms = torch.tensor(list(itertools.product(range(K), repeat=n)))  # [K^n, n]
     logp = torch.log_softmax(th, -1)
     prob = (logp.detach().exp() if mu is None else mu)[arms].prod(-1)  # [G]
     G = len(arms)
-    lp = (logp[arms] * (prob * G)[:, None]).reshape(-1, 1)  # [G n, 1]: one-token sequences, scaled rows
+    # [G n, 1]: one-token sequences, scaled rows
+    lp = (logp[arms] * (prob * G)[:, None]).reshape(-1, 1)
     mask = torch.ones_like(lp)
     if kind == "klpg":
         loss = agro.klpg_loss(lp, mask, r[arms], kl_div(th, ref_logp).expand(G * n, 1), beta)
     else:
         rpi = agro.regularised_rewards(r[arms], logp[arms] - ref_logp[arms], beta)
-        w = agro.agro_offpolicy_weights(rpi) if kind == "off" else agro.agro_onpolicy_weights(rpi, beta, lam, base)
+        w = (agro.agro_offpolicy_weights(rpi) if kind == "off"
+             else agro.agro_onpolicy_weights(rpi, beta, lam, base))
         loss = agro.agro_loss(lp, mask, w.reshape(-1))
     loss.backward()
     return th.grad
@@ -114,11 +127,13 @@ def test_offpolicy_weights_are_the_gradient_of_the_sample_variance():
     ref, ref_logp, r, _ = bandit(0)
     beta = 0.3
     theta = ref + torch.randn(6, generator=torch.Generator().manual_seed(1), dtype=f64)
-    arms = torch.randint(0, 6, (5, 4), generator=torch.Generator().manual_seed(2))  # 5 groups of n = 4
+    # 5 groups of n = 4
+    arms = torch.randint(0, 6, (5, 4), generator=torch.Generator().manual_seed(2))
     th1, th2 = theta.clone().requires_grad_(True), theta.clone().requires_grad_(True)
     lp = torch.log_softmax(th1, -1)[arms]
     rpi = agro.regularised_rewards(r[arms], lp - ref_logp[arms], beta)
-    agro.agro_loss(lp.reshape(-1, 1), torch.ones(20, 1, dtype=f64), agro.agro_offpolicy_weights(rpi).reshape(-1)).backward()
+    agro.agro_loss(lp.reshape(-1, 1), torch.ones(20, 1, dtype=f64),
+                   agro.agro_offpolicy_weights(rpi).reshape(-1)).backward()
     lp2 = torch.log_softmax(th2, -1)[arms]
     (agro.consistency_loss(r[arms], lp2 - ref_logp[arms], beta) / beta).backward()
     assert (th1.grad - th2.grad).abs().max().item() < 1e-9
@@ -126,21 +141,24 @@ def test_offpolicy_weights_are_the_gradient_of_the_sample_variance():
 
 
 def test_weights_vanish_at_the_optimum():
-    """At pi = pi*, r_pi is the same for every generation (Theorem 1): every weight is 0, any samples."""
+    """At pi = pi*, r_pi is the same for every generation (Theorem 1): every weight is 0, any
+    samples."""
     _, ref_logp, r, star = bandit(0)
     arms = torch.randint(0, 6, (50, 4), generator=torch.Generator().manual_seed(3))
     rpi = agro.regularised_rewards(r[arms], star[arms] - ref_logp[arms], 0.3)
     assert agro.agro_offpolicy_weights(rpi).abs().max().item() < 1e-9
     for base in ("none", "var", "paper"):
         assert agro.agro_onpolicy_weights(rpi, 0.3, 1.0, base).abs().max().item() < 1e-9
-    assert expected_grad(star, ref_logp, r, 0.3, None, 3, "on", base="var").abs().max().item() < 1e-9
+    assert expected_grad(star, ref_logp, r, 0.3, None, 3, "on",
+                         base="var").abs().max().item() < 1e-9
 
 
 def test_fig1_offpolicy_agro_reaches_pi_star_klpg_does_not():
-    """Paper Fig. 1 on a 6-arm bandit (beta 0.3, seed 1), data from mu in {uniform, pi_ref}, n = 2, the exact
-    expected update of each loss, lr 0.5. AGRO: KL(pi || pi*) < 1e-10 within 1000 steps. KL-PG settles at
-    a different policy (seen: KL 0.0646 with uniform mu, 0.0614 with mu = pi_ref) and sends the lowest-reward
-    arm to probability ~0. (Seed 0, mu = pi_ref, is slower for AGRO: 1.3e-4 at 1000 steps, 4e-13 at 5000.)"""
+    """Paper Fig. 1 on a 6-arm bandit (beta 0.3, seed 1), data from mu in {uniform, pi_ref}, n = 2,
+    the exact expected update of each loss, lr 0.5. AGRO: KL(pi || pi*) < 1e-10 within 1000 steps.
+    KL-PG settles at a different policy (seen: KL 0.0646 with uniform mu, 0.0614 with mu = pi_ref)
+    and sends the lowest-reward arm to probability ~0. (Seed 0, mu = pi_ref, is slower for AGRO:
+    1.3e-4 at 1000 steps, 4e-13 at 5000.)"""
     ref, ref_logp, r, star = bandit(1)
     for mu in (torch.full((6,), 1 / 6, dtype=f64), ref_logp.exp()):
         theta = ref.clone()
@@ -157,8 +175,9 @@ def test_fig1_offpolicy_agro_reaches_pi_star_klpg_does_not():
 
 
 def test_sampled_offpolicy_agro_converges_exactly():
-    """Stochastic version: n = 4 samples a step from mu = pi_ref, lr 0.4, 8k steps, 5 bandits (seeds 0-4)
-    run side by side as 5 "prompts": the gradient vanishes exactly at pi*, so KL(pi || pi*) < 1e-10 on all."""
+    """Stochastic version: n = 4 samples a step from mu = pi_ref, lr 0.4, 8k steps, 5 bandits (seeds
+    0-4) run side by side as 5 "prompts": the gradient vanishes exactly at pi*, so
+    KL(pi || pi*) < 1e-10 on all."""
     bandits = [bandit(s) for s in range(5)]
     ref = torch.stack([b[0] for b in bandits])
     ref_logp, r, star = (torch.stack([b[i] for b in bandits]) for i in (1, 2, 3))
@@ -168,47 +187,53 @@ def test_sampled_offpolicy_agro_converges_exactly():
         th = theta.clone().requires_grad_(True)
         lp = torch.log_softmax(th, -1).gather(1, arms)
         rpi = agro.regularised_rewards(r.gather(1, arms), lp - ref_logp.gather(1, arms), 0.3)
-        loss = agro.agro_loss(lp.reshape(-1, 1), torch.ones(20, 1, dtype=f64), agro.agro_offpolicy_weights(rpi).reshape(-1))
+        loss = agro.agro_loss(lp.reshape(-1, 1), torch.ones(20, 1, dtype=f64),
+                              agro.agro_offpolicy_weights(rpi).reshape(-1))
         (5 * loss).backward()  # 5 independent bandits: undo the mean over them
         theta = theta - 0.4 * th.grad
     assert kl_div(theta, star).max().item() < 1e-10
 
 
 def test_onpolicy_estimator_is_unbiased():
-    """E[loss gradient] over every 3-tuple sampled from pi = (1/beta) grad L_on, L_on = 1/2 Var_pi[r_pi] with the
-    gradient through the sampling distribution and h (Proposition 4), for v = 0 and v = var of the others;
-    the paper's y_i-dependent baseline is biased."""
+    """E[loss gradient] over every 3-tuple sampled from pi = (1/beta) grad L_on, L_on = 1/2
+    Var_pi[r_pi] with the gradient through the sampling distribution and h (Proposition 4), for
+    v = 0 and v = var of the others; the paper's y_i-dependent baseline is biased."""
     ref, ref_logp, r, _ = bandit(0)
     beta = 0.3
-    theta = (ref + torch.randn(6, generator=torch.Generator().manual_seed(4), dtype=f64)).requires_grad_(True)
+    theta = (ref + torch.randn(6, generator=torch.Generator().manual_seed(4),
+                               dtype=f64)).requires_grad_(True)
     logp = torch.log_softmax(theta, -1)
     rpi = r - beta * (logp - ref_logp)
     pi = logp.exp()
     l_on = 0.5 * (pi * (rpi - (pi * rpi).sum()) ** 2).sum()
     (truth,) = torch.autograd.grad(l_on / beta, theta)
     for base in ("none", "var"):
-        assert (expected_grad(theta.detach(), ref_logp, r, beta, None, 3, "on", 1.0, base) - truth).abs().max() < 1e-12
+        assert (expected_grad(theta.detach(), ref_logp, r, beta, None, 3, "on", 1.0, base)
+                - truth).abs().max() < 1e-12
     biased = expected_grad(theta.detach(), ref_logp, r, beta, None, 3, "on", 1.0, "paper")
     assert (biased - truth).abs().max() > 1e-4
     # lambda_LR = 0: the pathwise term alone, i.e. the gradient of the off-policy loss with mu := pi
     pd = expected_grad(theta.detach(), ref_logp, r, beta, None, 3, "on", 0.0)
-    assert (pd - expected_grad(theta.detach(), ref_logp, r, beta, pi.detach(), 3, "off")).abs().max() < 1e-12
+    assert (pd - expected_grad(theta.detach(), ref_logp, r, beta, pi.detach(), 3,
+                               "off")).abs().max() < 1e-12
 
 
 def test_onpolicy_baselines_centre_the_weights():
-    """The expected mean weight of a group, over every 4-tuple drawn from pi, is -(lambda/2 beta) n/(n-1) Var
-    with v = 0 (a push on every sampled sequence that only the score's zero mean cancels); the "var" and
-    "paper" baselines bring it to 0 (agro_onpolicy_weights' docstring)."""
+    """The expected mean weight of a group, over every 4-tuple drawn from pi, is -(lambda/2 beta)
+    n/(n-1) Var with v = 0 (a push on every sampled sequence that only the score's zero mean
+    cancels); the "var" and "paper" baselines bring it to 0 (agro_onpolicy_weights' docstring)."""
     ref, ref_logp, r, _ = bandit(0)
     beta, n = 0.3, 4
-    logp = torch.log_softmax(ref + torch.randn(6, generator=torch.Generator().manual_seed(4), dtype=f64), -1)
+    logp = torch.log_softmax(
+        ref + torch.randn(6, generator=torch.Generator().manual_seed(4), dtype=f64), -1)
     arms = torch.tensor(list(itertools.product(range(6), repeat=n)))  # [6^n, n]
     prob = logp.exp()[arms].prod(-1)  # [G]
     rpi = agro.regularised_rewards(r[arms], logp[arms] - ref_logp[arms], beta)
     pi, values = logp.exp(), r - beta * (logp - ref_logp)
     var = (pi * (values - (pi * values).sum()) ** 2).sum()
 
-    def mean_weight(base):  # E over groups of mean_i w_i / beta, minus the lambda = 0 part (which is 0)
+    # E over groups of mean_i w_i / beta, minus the lambda = 0 part (which is 0)
+    def mean_weight(base):
         return (prob * agro.agro_onpolicy_weights(rpi, beta, 1.0, base).mean(-1)).sum().item()
 
     assert mean_weight("none") == pytest.approx(-0.5 / beta * n / (n - 1) * var.item(), rel=1e-9)
@@ -216,11 +241,12 @@ def test_onpolicy_baselines_centre_the_weights():
 
 
 def test_onpolicy_characterisation_rare_correct_answer():
-    """docs/DERIVATIONS.md (on-policy threshold): 10 arms, one correct (reward 1, pi_ref mass 0.05), the exact
-    expected on-policy update (n = 2, lr 1, 1000 steps). lambda_LR = 1: beta = 1 converges to pi*; beta 0.3
-    and 0.1 drive the correct arm from 0.05 to < 1e-3 (seen 1.2e-4, 9e-5), a spurious zero-variance policy.
-    lambda_LR = 0 (the pathwise term alone, RLOO with the KL in the reward) converges at every beta.
-    And at pi = pi_ref the correct arm's logit moves by p(1-p)(beta - 1/2 + p)/beta: up iff p > 1/2 - beta."""
+    """docs/DERIVATIONS.md (on-policy threshold): 10 arms, one correct (reward 1, pi_ref mass 0.05),
+    the exact expected on-policy update (n = 2, lr 1, 1000 steps). lambda_LR = 1: beta = 1 converges
+    to pi*; beta 0.3 and 0.1 drive the correct arm from 0.05 to < 1e-3 (seen 1.2e-4, 9e-5), a
+    spurious zero-variance policy. lambda_LR = 0 (the pathwise term alone, RLOO with the KL in the
+    reward) converges at every beta. And at pi = pi_ref the correct arm's logit moves by
+    p(1-p)(beta - 1/2 + p)/beta: up iff p > 1/2 - beta."""
     K = 10
     r = torch.zeros(K, dtype=f64)
     r[0] = 1.0
@@ -239,7 +265,8 @@ def test_onpolicy_characterisation_rare_correct_answer():
         p_correct, kl = torch.softmax(theta, -1)[0].item(), kl_div(theta, star).item()
         if lam == 1.0 and beta < 1:
             assert p_correct < 1e-3, (beta, p_correct)
-        elif beta == 0.1:  # lambda 0, beta 0.1: pi*(correct) = 0.9991, approached more slowly (seen KL 3.2e-3)
+        elif beta == 0.1:
+            # lambda 0, beta 0.1: pi*(correct) = 0.9991, approached more slowly (seen KL 3.2e-3)
             assert kl < 5e-3 and p_correct > 0.99, (beta, lam, kl)
         else:
             assert kl < 1e-10, (beta, lam, kl)
@@ -250,9 +277,9 @@ def test_onpolicy_characterisation_rare_correct_answer():
 
 
 def test_onpolicy_threshold_for_any_two_reward_levels():
-    """docs/DERIVATIONS.md: rewards a (correct) and b (otherwise), success rate p at pi = pi_ref: the
-    correct logit's expected on-policy change is p(1-p)|a-b| [1 - |a-b|(1/2 - p)/beta], so it rises
-    iff p > 1/2 - beta/|a-b| (Countdown's original reward: a - b = 0.9). b itself cancels."""
+    """docs/DERIVATIONS.md: rewards a (correct) and b (otherwise), success rate p at pi = pi_ref:
+    the correct logit's expected on-policy change is p(1-p)|a-b| [1 - |a-b|(1/2 - p)/beta], so it
+    rises iff p > 1/2 - beta/|a-b| (Countdown's original reward: a - b = 0.9). b itself cancels."""
     K = 10
     for a, b in [(1.0, 0.1), (1.0, -0.2), (2.0, 0.5)]:
         r = torch.full((K,), b, dtype=f64)
@@ -267,12 +294,13 @@ def test_onpolicy_threshold_for_any_two_reward_levels():
                 assert (up > 0) == (p > 0.5 - beta / d)
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # A depth-2 tree: two-token responses, where per-token and sequence-level KL gradients part
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def depth2_tree(seed, V=3):
-    """Policy and reference over two-token responses (a, b): pi(a) = softmax(t1), pi(b|a) = softmax(t2[a]).
-    Returns (t1 [V], t2 [V, V], ref1 [V] log-probs, ref2 [V, V] log-probs, rewards [V, V])."""
+    """Policy and reference over two-token responses (a, b): pi(a) = softmax(t1),
+    pi(b|a) = softmax(t2[a]). Returns (t1 [V], t2 [V, V], ref1 [V] log-probs, ref2 [V, V] log-probs,
+    rewards [V, V])."""
     g = torch.Generator().manual_seed(seed)
     t1, t2 = torch.randn(V, generator=g, dtype=f64), torch.randn(V, V, generator=g, dtype=f64)
     ref1 = torch.log_softmax(torch.randn(V, generator=g, dtype=f64), -1)
@@ -281,18 +309,22 @@ def depth2_tree(seed, V=3):
 
 
 def depth2_expectations(t1, t2, ref1, ref2, r, beta, n=3):
-    """The exact gradient of J = E_pi r - beta KL(pi || pi_ref) (sequence-level), the exact (1/beta) grad of
-    L_on = 1/2 Var_pi[r_pi], and the EXACT expectation, over every n-tuple of responses drawn from pi, of
-    minus the autograd gradient of each estimator's loss (ascent directions); each a pair (dt1, dt2)."""
+    """The exact gradient of J = E_pi r - beta KL(pi || pi_ref) (sequence-level), the exact (1/beta)
+    grad of L_on = 1/2 Var_pi[r_pi], and the EXACT expectation, over every n-tuple of responses
+    drawn from pi, of minus the autograd gradient of each estimator's loss (ascent directions); each
+    a pair (dt1, dt2)."""
     V = len(t1)
-    seqs = torch.tensor(list(itertools.product(range(V), repeat=2)))  # [V^2, 2]: every response (a, b)
+    # [V^2, 2]: every response (a, b)
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=2)))
 
-    def per_token(th1, th2):  # log pi(a), log pi(b|a): [V^2, 2]; full next-token distributions [V^2, 2, V]
+    # log pi(a), log pi(b|a): [V^2, 2]; full next-token distributions [V^2, 2, V]
+    def per_token(th1, th2):
         l1, l2 = torch.log_softmax(th1, -1), torch.log_softmax(th2, -1)
         lp = torch.stack([l1[seqs[:, 0]], l2[seqs[:, 0], seqs[:, 1]]], -1)
         return lp, torch.stack([l1.expand(len(seqs), V), l2[seqs[:, 0]]], 1)
 
-    ref_lp, ref_all = per_token(ref1, ref2)  # the reference's own log-softmax: ref1, ref2 are log-probs
+    # the reference's own log-softmax: ref1, ref2 are log-probs
+    ref_lp, ref_all = per_token(ref1, ref2)
     out = {}
     th = (t1.clone().requires_grad_(True), t2.clone().requires_grad_(True))
     lp, _ = per_token(*th)
@@ -303,16 +335,20 @@ def depth2_expectations(t1, t2, ref1, ref2, r, beta, n=3):
     l_on = 0.5 * (pi * (rpi - (pi * rpi).sum()) ** 2).sum()
     out["exact (1/beta) grad L_on"] = tuple(-g / beta for g in torch.autograd.grad(l_on, th))
 
-    groups = torch.tensor(list(itertools.product(range(len(seqs)), repeat=n)))  # [G, n] response indices
+    # [G, n] response indices
+    groups = torch.tensor(list(itertools.product(range(len(seqs)), repeat=n)))
     G = len(groups)
     prob = pi.detach()[groups].prod(-1)  # [G]
-    scale = (prob * G).repeat_interleave(n)[:, None]  # [G n, 1]: mean over rows = expectation over groups
+    # [G n, 1]: mean over rows = expectation over groups
+    scale = (prob * G).repeat_interleave(n)[:, None]
     mask = torch.ones(G * n, 2, dtype=f64)
     estimators = {
         "AGRO Eq. 4 weights (lambda_LR 0)": lambda lp_s, kl_s, r_g, h: agro.agro_loss(
-            lp_s, mask, agro.agro_offpolicy_weights(agro.regularised_rewards(r_g, h, beta)).reshape(-1)),
+            lp_s, mask,
+            agro.agro_offpolicy_weights(agro.regularised_rewards(r_g, h, beta)).reshape(-1)),
         "AGRO on-policy (Eqs. 5-6, lambda_LR 1)": lambda lp_s, kl_s, r_g, h: agro.agro_loss(
-            lp_s, mask, agro.agro_onpolicy_weights(agro.regularised_rewards(r_g, h, beta), beta).reshape(-1)),
+            lp_s, mask,
+            agro.agro_onpolicy_weights(agro.regularised_rewards(r_g, h, beta), beta).reshape(-1)),
         "per-token KL-PG": lambda lp_s, kl_s, r_g, h: agro.klpg_loss(lp_s, mask, r_g, kl_s, beta),
         "sequence-KL PG (RLOO)": lambda lp_s, kl_s, r_g, h: agro.klpg_loss(
             lp_s, mask, r_g, kl_s, beta, h=h, online=torch.ones(G, dtype=torch.bool)),
@@ -329,11 +365,12 @@ def depth2_expectations(t1, t2, ref1, ref2, r, beta, n=3):
 
 
 def test_depth2_klpg_per_token_form_is_biased_on_policy_sequence_form_is_not():
-    """Two-token responses, samples from pi itself (n = 3, every 3-tuple of the 9 responses enumerated):
-    the expected ascent of AGRO's Eq. 4 weights and of the sequence-KL PG (what --loss klpg does on
-    on-policy groups) equals the exact grad of E[r] - beta KL(pi || pi_ref) to 1e-12; on-policy AGRO equals
-    (1/beta) grad of -L_on. Per-token KL-PG is exact on the second-token logits but off on the first-token
-    ones by exactly the dropped score term beta E[grad log pi(a) KL(pi(.|a) || pi_ref(.|a))]."""
+    """Two-token responses, samples from pi itself (n = 3, every 3-tuple of the 9 responses
+    enumerated): the expected ascent of AGRO's Eq. 4 weights and of the sequence-KL PG (what --loss
+    klpg does on on-policy groups) equals the exact grad of E[r] - beta KL(pi || pi_ref) to 1e-12;
+    on-policy AGRO equals (1/beta) grad of -L_on. Per-token KL-PG is exact on the second-token
+    logits but off on the first-token ones by exactly the dropped score term beta E[grad log pi(a)
+    KL(pi(.|a) || pi_ref(.|a))]."""
     beta = 0.3
     t1, t2, ref1, ref2, r = depth2_tree(0)
     e = depth2_expectations(t1, t2, ref1, ref2, r, beta)
@@ -357,9 +394,9 @@ def test_depth2_klpg_per_token_form_is_biased_on_policy_sequence_form_is_not():
     assert (per_token[0] - exact[0] - dropped).abs().max().item() < 1e-12
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # One optimizer step (agro_step) on a hand-checked case
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 class Unigram(torch.nn.Module):
     """A 'language model' whose next-token logits are one learned vector, whatever the context."""
 
@@ -375,24 +412,28 @@ class Unigram(torch.nn.Module):
 def _one_step(loss, online, rewards=(1.0, 0.0)):
     """pi = (1/2, 1/2), pi_ref = (1/4, 3/4) over two tokens; one group: y_1 = token 0 (reward 1),
     y_2 = token 1 (reward 0); beta 1, SGD with lr 1. Returns (new logits of pi, metrics)."""
-    _, args = agro.parse_args(["--loss", loss, "--beta", "1", "--n", "2", "--lr", "1", "--warmup", "1",
-                               "--clip", "100", "--lr-baseline", "none"])
+    _, args = agro.parse_args(["--loss", loss, "--beta", "1", "--n", "2", "--lr", "1",
+                               "--warmup", "1", "--clip", "100", "--lr-baseline", "none"])
     model, ref = Unigram([0.0, 0.0]), Unigram([math.log(1 / 4), math.log(3 / 4)])
     lp = [[math.log(0.5)], [math.log(0.5)]] if online else None
     group = agro.Group({}, [0], [[0], [1]], list(rewards), ["correct", "wrong"], lp, online)
-    row = agro.agro_step(model, ref, torch.optim.SGD(model.parameters(), lr=1.0), [group], args, 0, 0)
+    row = agro.agro_step(model, ref, torch.optim.SGD(model.parameters(), lr=1.0), [group], args,
+                         0, 0)
     return model.logits.detach(), row
 
 
-@pytest.mark.parametrize("loss,online", [("agro", False), ("agro", True), ("klpg", True), ("klpg", False)])
+@pytest.mark.parametrize("loss,online",
+                         [("agro", False), ("agro", True), ("klpg", True), ("klpg", False)])
 def test_agro_step_on_a_hand_checked_case(loss, online):
     """h = (log 2, log 2/3), r_pi = r - h = (1 - log 2, log 3/2), weights +-(1 - log 3): the correct
-    token's logit moves by (1 - log 3)/2 = -0.0493 (DOWN: pi already exceeds pi* = pi_ref e^r / Z there).
-    With r + beta h it would move by (1 + log 3)/2 = +1.05. The on-policy LR term has equal weights in a
-    pair and cancels; KL-PG on on-policy groups is the same computation. KL-PG on offline groups:
-    advantages +-1 and the per-token KL differentiated: 1/2 - 1/2 log 2 + 1/4 log 4/3 = +0.225."""
+    token's logit moves by (1 - log 3)/2 = -0.0493 (DOWN: pi already exceeds pi* = pi_ref e^r / Z
+    there). With r + beta h it would move by (1 + log 3)/2 = +1.05. The on-policy LR term has equal
+    weights in a pair and cancels; KL-PG on on-policy groups is the same computation. KL-PG on
+    offline groups: advantages +-1 and the per-token KL differentiated: 1/2 - 1/2 log 2 + 1/4 log
+    4/3 = +0.225."""
     logits, row = _one_step(loss, online)
-    expected = (0.5 - 0.5 * math.log(2) + 0.25 * math.log(4 / 3) if (loss, online) == ("klpg", False)
+    expected = (0.5 - 0.5 * math.log(2) + 0.25 * math.log(4 / 3)
+                if (loss, online) == ("klpg", False)
                 else (1 - math.log(3)) / 2)
     assert logits.tolist() == pytest.approx([expected, -expected], abs=1e-6)
     kl = 0.5 * math.log(4 / 3)  # mean h over the two samples = KL(pi || pi_ref) here
@@ -404,7 +445,8 @@ def test_agro_step_on_a_hand_checked_case(loss, online):
 
 
 def test_nonfinite_loss_stops_before_the_weights_change(capsys):
-    """A nan reward makes the loss nan: exit status 1, one line naming the step, logits untouched."""
+    """A nan reward makes the loss nan: exit status 1, one line naming the step, logits
+    untouched."""
     with pytest.raises(SystemExit) as e:
         _one_step("agro", False, rewards=(float("nan"), 0.0))
     assert e.value.code == 1
@@ -413,14 +455,14 @@ def test_nonfinite_loss_stops_before_the_weights_change(capsys):
     model = Unigram([0.0, 0.0])
     group = agro.Group({}, [0], [[0], [1]], [float("nan"), 0.0], ["correct", "wrong"], None, False)
     with pytest.raises(SystemExit):
-        agro.agro_step(model, Unigram([0.0, 1.0]), torch.optim.SGD(model.parameters(), lr=1.0), [group],
-                       args, 0, 0)
+        agro.agro_step(model, Unigram([0.0, 1.0]), torch.optim.SGD(model.parameters(), lr=1.0),
+                       [group], args, 0, 0)
     assert model.logits.tolist() == [0.0, 0.0]
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # The script on the tiny model
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def _mean_reward(path, problems, samples=64):
     return sampled(path, problems, samples)["sampled/reward"]
 
@@ -440,31 +482,35 @@ RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--
 def _offline_file(tmp_path, problems):
     """Offline groups that no model wrote: a correct demonstration, a wrong answer, no answer."""
     path = tmp_path / "offline.jsonl"
-    path.write_text("".join(json.dumps({**p, "completions": [countdown.demonstration(p), "<answer>1+1</answer>", "x"],
+    path.write_text("".join(json.dumps({**p, "completions": [countdown.demonstration(p),
+                                                             "<answer>1+1</answer>", "x"],
                                         "finished": [True, True, False]}) + "\n" for p in problems))
     return str(path)
 
 
 def test_offpolicy_run_learns_from_an_offline_file(weak_sft, tmp_path):
-    """Off-policy AGRO (Eq. 4) on a fixed file of 3 completions for each of 4 easy prompts, 30 steps: the
-    policy's mean reward (256 fresh samples) rises by a margin. Seen with seed 0: 0.137 -> 0.607. (At beta 0.5
-    it barely moves, 0.137 -> 0.115: pi* = pi_ref exp(r/beta)/Z is then close to the weak reference.)"""
-    out = agro.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, FOUR), "--prompts", "4",
-                           "--n", "3", "--lr", "5e-4", "--beta", "0.1", "--steps", "30",
-                           "--offline-data", _offline_file(tmp_path, FOUR),
+    """Off-policy AGRO (Eq. 4) on a fixed file of 3 completions for each of 4 easy prompts, 30
+    steps: the policy's mean reward (256 fresh samples) rises by a margin. Seen with seed 0:
+    0.137 -> 0.607. (At beta 0.5 it barely moves, 0.137 -> 0.115: pi* = pi_ref exp(r/beta)/Z is then
+    close to the weak reference.)"""
+    out = agro.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, FOUR),
+                           "--prompts", "4", "--n", "3", "--lr", "5e-4", "--beta", "0.1",
+                           "--steps", "30", "--offline-data", _offline_file(tmp_path, FOUR),
                            "--out", str(tmp_path / "run")])
     before, after = _mean_reward(weak_sft, FOUR), _mean_reward(os.path.join(out, "final"), FOUR)
     assert after > before + 0.08, (before, after)
     rows = _rows(out)[1:]
-    assert "logprob_gap" not in rows[0] and rows[-1]["h_offline"] != 0  # off-policy only; pi has moved
+    # off-policy only; pi has moved
+    assert "logprob_gap" not in rows[0] and rows[-1]["h_offline"] != 0
 
 
 def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
     """Half on-policy, half from n samples a prompt drawn once from pi_ref (kept in the run folder):
     4 steps straight = 2 steps, then --resume to 4 (which reads the saved samples, not new ones)."""
-    args = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "4", "--n", "3",
-                  "--lr", "5e-4", "--offline-prompts", "6", "--online-fraction", "0.5", "--save-every", "2",
-                  "--eval-every", "2"]  # both runs evaluate (and use the RNG) at step 2
+    # both runs evaluate (and use the RNG) at step 2
+    args = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts",
+                  "4", "--n", "3", "--lr", "5e-4", "--offline-prompts", "6", "--online-fraction",
+                  "0.5", "--save-every", "2", "--eval-every", "2"]
     straight = agro.main(args + ["--steps", "4", "--out", str(tmp_path / "a")])
     lines = open(os.path.join(straight, "reference_samples.jsonl")).read().splitlines()
     assert len(lines) == 6 and all(len(json.loads(line)["completions"]) == 3 for line in lines)
@@ -482,21 +528,23 @@ def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
-    out = agro.main(RUN + ["--model", tiny_path, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "2",
-                           "--n", "3", "--steps", "1000", "--mode", "onpolicy", "--time-limit", "0.001",
-                           "--out", str(tmp_path / "run")])
+    out = agro.main(RUN + ["--model", tiny_path, "--problems", _problem_file(tmp_path, SUMS),
+                           "--prompts", "2", "--n", "3", "--steps", "1000", "--mode", "onpolicy",
+                           "--time-limit", "0.001", "--out", str(tmp_path / "run")])
     rows = _rows(out)
     assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out during the first step
     assert "eval3/sampled/accuracy" in rows[-1] and os.path.isdir(os.path.join(out, "final"))
 
 
 def test_onpolicy_vllm_engine_stays_in_sync(weak_sft, tmp_path):
-    out = agro.main(RUN[:-2] + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts", "8",
-                                "--n", "4", "--lr", "5e-4", "--steps", "3", "--mode", "onpolicy", "--beta", "0.5",
-                                "--engine", "vllm", "--out", str(tmp_path / "run")])
+    out = agro.main(RUN[:-2] + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
+                                "--prompts", "8", "--n", "4", "--lr", "5e-4", "--steps", "3",
+                                "--mode", "onpolicy", "--beta", "0.5", "--engine", "vllm",
+                                "--out", str(tmp_path / "run")])
     rows = _rows(out)[1:]
     assert len(rows) == 3
-    assert all(r["logprob_gap"] < 1e-3 for r in rows)  # every step samples from the weights just trained
+    # every step samples from the weights just trained
+    assert all(r["logprob_gap"] < 1e-3 for r in rows)
     assert rows[-1]["kl"] != 0.0  # and they have moved
 
 
@@ -511,9 +559,11 @@ def test_onpolicy_vllm_engine_stays_in_sync(weak_sft, tmp_path):
     (["--reward", "C"], "unknown --reward"),
     (["--model", "sft"], "no finished sft.py run"),
 ])
-def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_path, monkeypatch, capsys):
+def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_path, monkeypatch,
+                                               capsys):
     monkeypatch.chdir(tmp_path)  # no runs/ here
-    (tmp_path / "bad.jsonl").write_text(json.dumps({"nums": [1, 2], "target": 3, "completions": ["a"]}) + "\n")
+    (tmp_path / "bad.jsonl").write_text(
+        json.dumps({"nums": [1, 2], "target": 3, "completions": ["a"]}) + "\n")
     model = [] if "--model" in args else ["--model", tiny_path]
     with pytest.raises(SystemExit) as e:
         agro.main(model + ["--sizes", "3", "--train-size", "10", "--eval-size", "2"] + args)
@@ -521,14 +571,15 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_pat
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Faults: corrupt files, a CLI fuzz, kill and resume
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 def _run_folder(tmp_path, tiny_path, with_state):
     """A run folder as agro.py leaves it, with a damaged checkpoint."""
     run = tmp_path / "run"
     (run / "checkpoint").mkdir(parents=True)
-    _, args = agro.parse_args(["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2"])
+    _, args = agro.parse_args(["--model", tiny_path, "--sizes", "3", "--train-size", "10",
+                               "--eval-size", "2"])
     json.dump({**vars(args), "out": str(run)}, open(run / "config.json", "w"))
     if with_state:  # trainer state present, model files missing
         torch.save({"optimizer": {}, "rng": {}, "step": 1}, run / "checkpoint" / "trainer_state.pt")
@@ -547,10 +598,12 @@ def _run_folder(tmp_path, tiny_path, with_state):
     ("checkpoint with a cut trainer_state.pt", "unreadable trainer_state.pt"),
     ("checkpoint without model files", "incomplete (no config.json or no weights)"),
 ])
-def test_corrupt_files_give_one_line_and_status_2(case, message, tiny_path, tmp_path, monkeypatch, capsys):
+def test_corrupt_files_give_one_line_and_status_2(case, message, tiny_path, tmp_path, monkeypatch,
+                                                  capsys):
     monkeypatch.chdir(tmp_path)
     good = json.dumps({"nums": [1, 2, 3], "target": 6, "completions": ["a", "b", "c"]})
-    base = ["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2", "--n", "3"]
+    base = ["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2",
+            "--n", "3"]
     if case == "truncated offline file":
         (tmp_path / "off.jsonl").write_text(good + "\n" + good[:20])
         argv = base + ["--offline-data", "off.jsonl"]
@@ -577,14 +630,17 @@ class _Loaded(Exception):
 
 
 _FUZZ_VALUES = ["abc", "-1", "0", "nan", "inf", "", "nowhere.jsonl"]
-_FUZZ_FLAGS = [a.option_strings[-1] for a in agro.parse_args([])[0]._actions if a.option_strings != ["-h", "--help"]]
+_FUZZ_FLAGS = [a.option_strings[-1] for a in agro.parse_args([])[0]._actions
+               if a.option_strings != ["-h", "--help"]]
 
 
 @pytest.mark.parametrize("flag", _FUZZ_FLAGS)
-def test_cli_fuzz_every_flag_bad_value_is_one_line_and_status_2(flag, tiny_path, tmp_path, monkeypatch, capsys):
-    """Every flag given a wrong type, a negative, zero, nan, inf, an empty string and a missing path:
-    exit 2 with one line and no traceback, or every check passes (the run would go on to load the
-    model; loading is replaced by an exception here, so this tests parsing and validation only)."""
+def test_cli_fuzz_every_flag_bad_value_is_one_line_and_status_2(flag, tiny_path, tmp_path,
+                                                                monkeypatch, capsys):
+    """Every flag given a wrong type, a negative, zero, nan, inf, an empty string and a missing
+    path: exit 2 with one line and no traceback, or every check passes (the run would go on to load
+    the model; loading is replaced by an exception here, so this tests parsing and validation
+    only)."""
     monkeypatch.chdir(tmp_path)
 
     def loaded(*a, **k):
@@ -603,13 +659,14 @@ def test_cli_fuzz_every_flag_bad_value_is_one_line_and_status_2(flag, tiny_path,
         assert "Traceback" not in err, (flag, value, err)
         if outcome != "accepted":
             assert outcome == 2 and "error: " in err.strip().splitlines()[-1], (flag, value, err)
-        if value in ("nan", "inf") and flag in ("--beta", "--lambda-lr", "--lr", "--clip", "--time-limit",
-                                                "--online-fraction"):
+        if value in ("nan", "inf") and flag in ("--beta", "--lambda-lr", "--lr", "--clip",
+                                                "--time-limit", "--online-fraction"):
             assert outcome == 2, (flag, value)  # float flags refuse nan and inf
 
 
-_KILL_ARGS = RUN + ["--problems", None, "--prompts", "2", "--n", "3", "--online-fraction", "0.5", "--lr", "5e-4",
-                    "--offline-prompts", "64", "--steps", "4", "--save-every", "1", "--eval-every", "2"]
+_KILL_ARGS = RUN + ["--problems", None, "--prompts", "2", "--n", "3", "--online-fraction", "0.5",
+                    "--lr", "5e-4", "--offline-prompts", "64", "--steps", "4", "--save-every", "1",
+                    "--eval-every", "2"]
 
 
 def _kill_args(weak_sft, problems, out):
@@ -642,15 +699,17 @@ def _wait_for(predicate, proc, timeout=600):
 
 @pytest.mark.parametrize("when", ["during reference sampling", "between steps", "ctrl-c"])
 def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, weak_sft, tmp_path):
-    """A real subprocess killed (SIGKILL) while drawing the reference samples or after step 2, or sent
-    SIGINT after step 1 (it saves a checkpoint, prints how to resume, exit 130); --resume then ends with
-    exactly the uninterrupted run's metrics at every step, final held-out accuracy included."""
+    """A real subprocess killed (SIGKILL) while drawing the reference samples or after step 2, or
+    sent SIGINT after step 1 (it saves a checkpoint, prints how to resume, exit 130); --resume then
+    ends with exactly the uninterrupted run's metrics at every step, final held-out accuracy
+    included."""
     problems, expected = uninterrupted
     out = tmp_path / "run"
     log = open(tmp_path / "log.txt", "w")
     proc = subprocess.Popen([sys.executable, "agro.py"] + _kill_args(weak_sft, problems, out),
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TORCH_THREADS": "1"})
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "TORCH_THREADS": "1"})
     metrics = out / "metrics.jsonl"
     try:
         if when == "during reference sampling":
