@@ -102,8 +102,8 @@ def test_dynamic_sampling_keeps_groups_whose_kl_term_is_not_zero():
     assert batch.generated == 16 and batch.signal_share == 1.0 and len(batch.groups) == 4
     batch = rloo.draw_batch(_WrongAnswers(), countdown, pool, prompts, 0, _draw_args(0.0))
     assert batch.generated > 16 and batch.signal_share == 0.0 and len(batch.groups) == 4
-    # k identical completions have equal h too: A = 0 exactly, so even with beta > 0 they are set
-    # aside
+    # k identical completions have equal h too: A = 0 exactly, so even with beta > 0 they are
+    # set aside
     batch = rloo.draw_batch(_WrongAnswers(identical=True), countdown, pool, prompts, 0,
                             _draw_args(0.1))
     assert batch.generated > 16 and batch.signal_share == 0.0
@@ -234,10 +234,9 @@ def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, t
     assert second["kl"] != 0.0
 
     # The sign: one step with equal rewards (only the KL term teaches) from a policy away from
-    # pi_ref
-    # (weak_sft vs the random tiny model) must make the samples with h above their group's mean less
-    # likely relative to pi_ref: sum_i (h_i - mean_g h) * (change of h_i) < 0 to first order in lr.
-    # With R = r + beta h (the wrong sign) it is > 0.
+    # pi_ref (weak_sft vs the random tiny model) must make the samples with h above their group's
+    # mean less likely relative to pi_ref: sum_i (h_i - mean_g h) * (change of h_i) < 0 to first
+    # order in lr. With R = r + beta h (the wrong sign) it is > 0.
     common.setup(0, 1)
     policy, tok = common.load_model(weak_sft)
     ref, _ = common.load_model(tiny_path)

@@ -234,8 +234,7 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
 
 
 # CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, an empty
-# string or a missing path: exit 2 with one line, or a normal start. Runs up to the model load
-# only.
+# string or a missing path: exit 2 with one line, or a normal start. Runs up to the model load only.
 SFT_FLAGS = ["--task", "--model", "--data", "--out", "--resume", "--steps", "--batch-size",
              "--grad-accum", "--lr", "--warmup", "--weight-decay", "--clip", "--loss-norm",
              "--max-len", "--sizes", "--train-size", "--eval-sizes", "--eval-every", "--eval-size",

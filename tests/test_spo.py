@@ -1,8 +1,9 @@
-"""spo.py: the cumulative Q-parameterization (Theorem 2.2 on the real tiny model), Q0_hat, the losses, a
-tabular convergence check, learning, offline data, the Q0 cache, exact resume, faults and bad input.
+"""spo.py: the cumulative Q-parameterization (Theorem 2.2 on the real tiny model), Q0_hat, the
+losses, a tabular convergence check, learning, offline data, the Q0 cache, exact resume, faults and
+bad input.
 
-[SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL for
-Sequence Models", 2025, arXiv:2503.05453."""
+[SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
+for Sequence Models", 2025, arXiv:2503.05453."""
 import copy
 import json
 import math
@@ -44,8 +45,9 @@ def _q_of(policy, ref, tok, prompts, completions, q0):
 @pytest.mark.parametrize("scale", [0.05, 0.5])
 def test_theorem_2_2_soft_bellman_consistency_on_the_tiny_model(tiny, scale):
     """For random prompts, prefixes and positions t, and a perturbed policy theta:
-    Q_t = beta * logsumexp_v(log pi_0(v | prefix) + Q_{t+1}(prefix + v) / beta) over the WHOLE vocabulary,
-    where every Q comes from cumulative_q on the real model's log-probs (Theorem 2.2)."""
+    Q_t = beta * logsumexp_v(log pi_0(v | prefix) + Q_{t+1}(prefix + v) / beta) over the WHOLE
+    vocabulary, where every Q comes from cumulative_q on the real model's log-probs (Theorem
+    2.2)."""
     ref, tok = tiny
     policy = _perturbed(ref, scale, seed=1)
     V = ref.config.vocab_size
@@ -53,30 +55,38 @@ def test_theorem_2_2_soft_bellman_consistency_on_the_tiny_model(tiny, scale):
     chars = [tok.convert_tokens_to_ids(c) for c in "0123456789+-*/()<>answer "]
     worst, worst_wrong_weights = 0.0, 0.0
     for trial in range(6):
-        problem = {"nums": torch.randint(1, 99, (3,), generator=g).tolist(), "target": int(torch.randint(1, 99, (1,)))}
+        problem = {"nums": torch.randint(1, 99, (3,), generator=g).tolist(),
+                   "target": int(torch.randint(1, 99, (1,)))}
         prompt = common.encode_prompts(countdown, [problem], tok, "compact")[0]
-        t = int(torch.randint(0, 12, (1,), generator=g))  # position of the prefix end (t = 0: empty prefix)
+        # position of the prefix end (t = 0: empty prefix)
+        t = int(torch.randint(0, 12, (1,), generator=g))
         prefix = [chars[i] for i in torch.randint(0, len(chars), (t,), generator=g)]
         q0 = torch.full((V,), -torch.rand(1, generator=g).item())  # any Q0_hat in [-1, 0]
-        q, _, ref_lp, lp = _q_of(policy, ref, tok, [prompt] * V, [prefix + [v] for v in range(V)], q0)
+        q, _, ref_lp, lp = _q_of(policy, ref, tok, [prompt] * V, [prefix + [v] for v in range(V)],
+                                 q0)
         q_prev = q[0, t - 1] if t > 0 else q0[0]     # Q_t: the same prefix in every row
-        q_next = q[:, t]                              # Q_{t+1}(v) for every token v of the vocabulary
+        # Q_{t+1}(v) for every token v of the vocabulary
+        q_next = q[:, t]
         soft = BETA * torch.logsumexp(ref_lp[:, t] + q_next / BETA, 0)
         worst = max(worst, (q_prev - soft).abs().item())
-        # the same log-sum-exp weighted by pi_theta instead of pi_0 is NOT consistent: the check can fail
+        # the same log-sum-exp weighted by pi_theta instead of pi_0 is NOT consistent: the check
+        # can fail
         wrong = BETA * torch.logsumexp(lp[:, t] + q_next / BETA, 0)
         worst_wrong_weights = max(worst_wrong_weights, (q_prev - wrong).abs().item())
-        assert torch.allclose(ref_lp[:, t].exp().sum(), torch.tensor(1.0), atol=1e-5)  # the full vocabulary
+        # the full vocabulary
+        assert torch.allclose(ref_lp[:, t].exp().sum(), torch.tensor(1.0), atol=1e-5)
     assert worst < 1e-5, worst
     assert worst_wrong_weights > 1e-3, worst_wrong_weights
-    assert (policy.lm_head.weight - ref.lm_head.weight).abs().max() > 0  # theta really differs from theta_0
+    # theta really differs from theta_0
+    assert (policy.lm_head.weight - ref.lm_head.weight).abs().max() > 0
 
 
 def test_at_initialisation_a_is_0_and_q_is_q0(tiny):
     model, tok = tiny
     problems = [{"nums": [3, 5, 7], "target": 15}, {"nums": [10, 2, 6], "target": 4}]
     prompts = common.encode_prompts(countdown, problems, tok, "compact")
-    completions = [tok("<answer>3+5+7</answer>")["input_ids"] + [tok.eos_token_id], tok("12")["input_ids"]]
+    completions = [tok("<answer>3+5+7</answer>")["input_ids"] + [tok.eos_token_id],
+                   tok("12")["input_ids"]]
     q0 = torch.tensor([-0.3, -0.9])
     q, q_t, _, _ = _q_of(model, copy.deepcopy(model), tok, prompts, completions, q0)
     assert torch.equal(q, q0[:, None].expand_as(q)) and torch.equal(q_t, q0)
@@ -84,18 +94,21 @@ def test_at_initialisation_a_is_0_and_q_is_q0(tiny):
 
 def test_path_consistency_padding_and_fp32():
     g = torch.Generator().manual_seed(0)
-    lp, ref = -torch.rand(3, 6, generator=g, dtype=torch.float64), -torch.rand(3, 6, generator=g, dtype=torch.float64)
+    lp, ref = (-torch.rand(3, 6, generator=g, dtype=torch.float64),
+               -torch.rand(3, 6, generator=g, dtype=torch.float64))
     mask = torch.tensor([[1.0] * 6, [1.0] * 4 + [0.0] * 2, [1.0] + [0.0] * 5])
     q0 = torch.tensor([-0.1, -0.5, -1.0])
     q, q_t = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
     assert q.dtype == torch.float32
     a = BETA * (lp - ref) * mask
-    for i, n in enumerate([6, 4, 1]):  # Theorem 2.3 on every interval, and Q_T = Q0 + beta (LP - LP_0)
+    # Theorem 2.3 on every interval, and Q_T = Q0 + beta (LP - LP_0)
+    for i, n in enumerate([6, 4, 1]):
         assert q_t[i].item() == pytest.approx(q0[i].item() + a[i, :n].sum().item(), abs=1e-6)
         for t1 in range(1, n + 1):
             for t2 in range(t1, n + 1):
                 before = q[i, t1 - 2] if t1 > 1 else q0[i]
-                assert (q[i, t2 - 1] - before).item() == pytest.approx(a[i, t1 - 1:t2].sum().item(), abs=1e-6)
+                assert (q[i, t2 - 1] - before).item() == pytest.approx(a[i, t1 - 1:t2].sum().item(),
+                                                                      abs=1e-6)
     # padding on the right changes nothing
     pad = torch.zeros(3, 3, dtype=torch.float64)
     q2, q_t2 = spo.cumulative_q(torch.cat([lp * mask, pad], 1), torch.cat([ref * mask, pad], 1),
@@ -104,21 +117,24 @@ def test_path_consistency_padding_and_fp32():
     r = torch.tensor([0.0, -1.0, -1.0])
     for objective in ("terminal", "nonterminal", "advantage"):
         for loss in ("sq", "ce"):
-            assert spo.spo_loss(q2, q_t2, torch.cat([mask, pad.float()], 1), q0, r, BETA, objective, loss).item() == \
-                pytest.approx(spo.spo_loss(q, q_t, mask, q0, r, BETA, objective, loss).item(), abs=1e-6)
+            assert spo.spo_loss(q2, q_t2, torch.cat([mask, pad.float()], 1), q0, r, BETA, objective,
+                                loss).item() == \
+                pytest.approx(spo.spo_loss(q, q_t, mask, q0, r, BETA, objective, loss).item(),
+                              abs=1e-6)
 
 
 def test_q0_values_table():
     """Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}) ([SPO] §3.1.3) at beta = 1/ln 1e5, by hand."""
     s = torch.tensor([0, 1, 200, 400, 800])
     q0 = spo.q0_from_successes(s, torch.full_like(s, 800), BETA)
-    assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0], dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0],
+                                           dtype=torch.float64), atol=1e-5)
 
 
 def test_large_beta_makes_the_squared_loss_a_centred_reinforce_update():
-    """At theta_0 the squared terminal loss pushes log pi(y_i) with weight -2 beta (Q0 - r_i) / N. Q0 is a soft
-    value: near the max reward for small beta (uncentred, failure-dominated), the mean reward for large beta
-    (REINFORCE with a mean baseline)."""
+    """At theta_0 the squared terminal loss pushes log pi(y_i) with weight -2 beta (Q0 - r_i) / N.
+    Q0 is a soft value: near the max reward for small beta (uncentred, failure-dominated), the mean
+    reward for large beta (REINFORCE with a mean baseline)."""
     r = torch.tensor([0.0, -1.0, -1.0, 0.0, -1.0, -1.0])  # S0 = 1/3
     lp = torch.zeros(6, 1, requires_grad=True)
     for beta, q0_expected in ((BETA, BETA * math.log(1 / 3 + 2 / 3 * 1e-5)), (1e3, -2 / 3)):
@@ -136,8 +152,8 @@ def test_large_beta_makes_the_squared_loss_a_centred_reinforce_update():
 def _terminal(q_t, r, objective="terminal", loss="sq", q0=-0.4):
     q_t = torch.as_tensor(q_t, dtype=torch.float32).reshape(-1)
     n = q_t.numel()
-    return spo.spo_loss(q_t[:, None], q_t, torch.ones(n, 1), torch.full((n,), q0), torch.full((n,), float(r)),
-                        BETA, objective, loss)
+    return spo.spo_loss(q_t[:, None], q_t, torch.ones(n, 1), torch.full((n,), q0),
+                        torch.full((n,), float(r)), BETA, objective, loss)
 
 
 def _bernoulli_kl(p, q):
@@ -150,11 +166,12 @@ def _sigmoid(u):
 
 
 def _closed_form(objective, loss, q_t, r, q0=-0.4):
-    """What the paper's definitions give for one one-token trajectory (T = 1, so Q_1 = Q_T): the squared error
-    (q - r)^2; the cross-entropy on Q/beta minus the target's entropy, i.e. the binary KL between Bernoulli
-    targets x = e^{r/beta} and predictions e^{q/beta} (for q/beta <= -eps, where the clip is inactive);
-    advantage regression: sigmoid-warped, the binary KL between sigmoid(r - Q0) and sigmoid(q - Q0) whatever
-    --loss says (the paper uses it only with warping and cross-entropy, §3.1.2)."""
+    """What the paper's definitions give for one one-token trajectory (T = 1, so Q_1 = Q_T): the
+    squared error (q - r)^2; the cross-entropy on Q/beta minus the target's entropy, i.e. the binary
+    KL between Bernoulli targets x = e^{r/beta} and predictions e^{q/beta} (for q/beta <= -eps,
+    where the clip is inactive); advantage regression: sigmoid-warped, the binary KL between
+    sigmoid(r - Q0) and sigmoid(q - Q0) whatever --loss says (the paper uses it only with warping
+    and cross-entropy, §3.1.2)."""
     if objective == "advantage":
         return _bernoulli_kl(_sigmoid(r - q0), _sigmoid(q_t - q0))
     if loss == "sq":
@@ -162,15 +179,17 @@ def _closed_form(objective, loss, q_t, r, q0=-0.4):
     return _bernoulli_kl(math.exp(r / BETA), math.exp(q_t / BETA))
 
 
-@pytest.mark.parametrize("objective,loss", [("terminal", "sq"), ("terminal", "ce"), ("advantage", "sq"),
-                                            ("advantage", "ce"), ("nonterminal", "sq"), ("nonterminal", "ce")])
+@pytest.mark.parametrize("objective,loss", [("terminal", "sq"), ("terminal", "ce"),
+                                            ("advantage", "sq"), ("advantage", "ce"),
+                                            ("nonterminal", "sq"), ("nonterminal", "ce")])
 @pytest.mark.parametrize("r", [0.0, -1.0])
 def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objective, loss, r):
     """...and equals its closed form from the paper's definitions at every point (_closed_form)."""
     assert _terminal(r, r, objective, loss).abs().item() < 1e-6
     others = [x for x in torch.linspace(-1.6, -0.02, 40).tolist() if abs(x - r) > 1e-3]
     if objective == "advantage" or loss == "sq":
-        others += [0.3, 2.0]  # above 0 as well; ce treats every Q_T >= 0 as a success by design (relu)
+        # above 0 as well; ce treats every Q_T >= 0 as a success by design (relu)
+        others += [0.3, 2.0]
     for q_t in others:
         assert _terminal(q_t, r, objective, loss).item() > 0, q_t
         assert _terminal(q_t, r, objective, loss).item() == pytest.approx(
@@ -178,8 +197,9 @@ def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objectiv
 
 
 def test_advantage_regression_is_sigmoid_warped_whatever_the_loss_flag():
-    """The gradient of the advantage objective on Q_T is (sigmoid(Q_T - Q0) - sigmoid(r - Q0)) / N for --loss sq
-    and ce alike; an unwarped squared advantage regression would give 2 (Q_T - r) / N (the terminal one)."""
+    """The gradient of the advantage objective on Q_T is (sigmoid(Q_T - Q0) - sigmoid(r - Q0)) / N
+    for --loss sq and ce alike; an unwarped squared advantage regression would give 2 (Q_T - r) / N
+    (the terminal one)."""
     q_t = torch.tensor([-0.9, -0.5, -0.1, 0.4], requires_grad=True)
     r, q0 = torch.tensor([0.0, -1.0, -1.0, 0.0]), torch.full((4,), -0.4)
     expected = (torch.sigmoid(q_t - q0) - torch.sigmoid(r - q0)).detach() / 4
@@ -200,8 +220,8 @@ def test_ce_gradients_and_clipping():
     value = spo.ce_loss(pred, torch.zeros(3))
     value.sum().backward()
     assert torch.equal(value, torch.zeros(3)) and torch.equal(pred.grad, torch.zeros(3))
-    # failure target and y_hat >= 0 (impossible for a log-probability): finite, and the straight-through
-    # gradient is the analytic derivative at the clipped value y_hat_c = -eps
+    # failure target and y_hat >= 0 (impossible for a log-probability): finite, and the
+    # straight-through gradient is the analytic derivative at the clipped value y_hat_c = -eps
     eps = 1e-3
     for big in (0.0, 0.7, 50.0, 1e6, 1e30):
         pred = torch.tensor([big], requires_grad=True)
@@ -224,8 +244,8 @@ def test_ce_gradients_and_clipping():
 
 
 def test_reverse_q_residuals_equal_the_terminal_one():
-    """Squared loss: every Q_t - R_t equals Q_T - r; term t reaches only A_1..A_t, so the gradient on token s is
-    2 beta (Q_T - r) (T - s + 1) / N: earlier tokens get larger gradients."""
+    """Squared loss: every Q_t - R_t equals Q_T - r; term t reaches only A_1..A_t, so the gradient
+    on token s is 2 beta (Q_T - r) (T - s + 1) / N: earlier tokens get larger gradients."""
     g = torch.Generator().manual_seed(0)
     lp = (-torch.rand(2, 5, generator=g)).requires_grad_(True)
     ref = -torch.rand(2, 5, generator=g)
@@ -236,7 +256,8 @@ def test_reverse_q_residuals_equal_the_terminal_one():
     assert torch.allclose((q - targets) * mask, (q_t - r)[:, None] * mask, atol=1e-6)
     spo.spo_loss(q, q_t, mask, q0, r, BETA, "nonterminal", "sq").backward()
     lengths = torch.tensor([5.0, 3.0])
-    expected = 2 * BETA * (q_t - r).detach()[:, None] * (lengths[:, None] - torch.arange(5)) * mask / 2
+    expected = (2 * BETA * (q_t - r).detach()[:, None] * (lengths[:, None] - torch.arange(5)) * mask
+                / 2)
     assert torch.allclose(lp.grad, expected, atol=1e-6)
     # the terminal squared loss spreads the same error evenly over the tokens
     lp.grad = None
@@ -249,8 +270,9 @@ R8 = torch.tensor([0.0, -1, -1, 0, -1, -1, -1, -1], dtype=torch.float64)
 
 
 def _tabular(objective, loss, lr, steps, q0_offset=0.0, r=R8):
-    """len(r) arms (one-token sequences), r in {0, -1}, exact Q0, data uniform over arms, full-batch gradient
-    descent on spo_loss. Returns the log-policies [steps + 1, len(r)], pi_0's and pi*'s (pi_0 exp(r/beta)/Z)."""
+    """len(r) arms (one-token sequences), r in {0, -1}, exact Q0, data uniform over arms, full-batch
+    gradient descent on spo_loss. Returns the log-policies [steps + 1, len(r)], pi_0's and pi*'s
+    (pi_0 exp(r/beta)/Z)."""
     g = torch.Generator().manual_seed(0)
     n = len(r)
     theta0 = torch.randn(n, generator=g, dtype=torch.float64)
@@ -283,17 +305,19 @@ def test_tabular_convergence_to_the_optimal_policy():
     assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000) < 1e-6
     assert _tabular_kl("advantage", "sq", lr=100.0, steps=3000) < 1e-6
     assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000, q0_offset=0.05) > 1e-2
-    assert _tabular_kl("terminal", "ce", lr=0.5, steps=3000) < _tabular_kl("terminal", "ce", lr=0.5, steps=0) / 10
+    assert _tabular_kl("terminal", "ce", lr=0.5, steps=3000) < _tabular_kl("terminal", "ce", lr=0.5,
+                                                                           steps=0) / 10
 
 
 def test_tabular_ce_failure_mass_falls_harmonically_at_the_derived_rate():
-    """Terminal cross-entropy, one success arm among N = 8, exact Q0, SGD at lr on the logits (derivation in
-    docs/DERIVATIONS.md). While the success arm is below its target its gradient on log pi is the constant
-    -1/N (the relu term), each failure's is about e^{Q_T/beta}/N, and the failure mass m obeys
-        1/m(n) = 1/m(n0) + (n - n0) lr k / N,   k = 1 + (|F| + 1) Z / pi_0(F) + sum_F (pi_0(b) / pi_0(F))^2,
-    Z = e^{Q0/beta}: at the paper's beta CE approaches pi* only harmonically (the curvature at the failures'
-    target is e^{-1/beta} = 1e-5), hence the slow fall the test above allows. A Q0 off by +-0.05 (Z off by
-    e^{+-0.05/beta} = 1.8x) changes the slope by over 30%."""
+    """Terminal cross-entropy, one success arm among N = 8, exact Q0, SGD at lr on the logits
+    (derivation in docs/DERIVATIONS.md). While the success arm is below its target its gradient on
+    log pi is the constant -1/N (the relu term), each failure's is about e^{Q_T/beta}/N, and the
+        failure mass m obeys 1/m(n) = 1/m(n0) + (n - n0) lr k / N,   k = 1 + (|F| + 1) Z
+        / pi_0(F) + sum_F (pi_0(b) / pi_0(F))^2,
+    Z = e^{Q0/beta}: at the paper's beta CE approaches pi* only harmonically (the curvature at the
+    failures' target is e^{-1/beta} = 1e-5), hence the slow fall the test above allows. A Q0 off
+    by +-0.05 (Z off by e^{+-0.05/beta} = 1.8x) changes the slope by over 30%."""
     r = torch.tensor([0.0, -1, -1, -1, -1, -1, -1, -1], dtype=torch.float64)
     fail, lr, n = r < 0, 0.5, len(r)
 
@@ -305,17 +329,19 @@ def test_tabular_ce_failure_mass_falls_harmonically_at_the_derived_rate():
     measured, ref = slope(0.0)
     p0 = ref.exp()
     z = math.exp((BETA * torch.logsumexp(ref + r / BETA, 0)).item() / BETA)
-    k = 1 + (fail.sum().item() + 1) * z / p0[fail].sum().item() + ((p0[fail] / p0[fail].sum()) ** 2).sum().item()
+    k = (1 + (fail.sum().item() + 1) * z / p0[fail].sum().item()
+         + ((p0[fail] / p0[fail].sum()) ** 2).sum().item())
     assert measured == pytest.approx(lr * k / n, rel=0.02)
-    for offset in (0.05, -0.05):  # the wrong Q0 misses the derived rate by far more than the tolerance
+    # the wrong Q0 misses the derived rate by far more than the tolerance
+    for offset in (0.05, -0.05):
         assert abs(slope(offset)[0] / (lr * k / n) - 1) > 0.3
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # The script
-# ---------------------------------------------------------------------------------------------------
-RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1", "--sizes", "3",
-       "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--engine", "hf"]
+# -------------------------------------------------------------------------------------------------
+RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
+       "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--engine", "hf"]
 
 
 def _accuracy(path, problems, samples=64):
@@ -327,13 +353,17 @@ def _rows(run_dir):
 
 
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
-    """Four 2-number sums, online SPO (cross-entropy loss) for 40 steps: accuracy (256 fresh samples at T=1)
-    rises by a margin. Seen with seed 0: 0.059 -> 0.176. (With lr 3e-4 or the squared loss at 2e-4 this tiny
-    model collapsed instead: pushing sampled failures down moves mass onto unsampled text.)"""
-    out = spo.main(RUN + ["--model", weak_sft, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "40",
-                          "--batch-size", "32", "--samples-per-prompt", "8", "--q0-samples", "32", "--lr", "2e-4",
-                          "--loss", "ce", "--model-update-interval", "1", "--beta", str(BETA),
-                          "--temperature", "0.1,0.8", "--top-p", "0.95", "--out", str(tmp_path / "run")])
+    """Four 2-number sums, online SPO (cross-entropy loss) for 40 steps: accuracy (256 fresh samples
+    at T=1) rises by a margin. Seen with seed 0: 0.059 -> 0.176. (With lr 3e-4 or the squared loss
+    at 2e-4 this tiny model collapsed instead: pushing sampled failures down moves mass onto
+    unsampled text.)"""
+    out = spo.main(RUN + ["--model", weak_sft,
+                          "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                          "--steps", "40", "--batch-size", "32", "--samples-per-prompt", "8",
+                          "--q0-samples", "32", "--lr", "2e-4", "--loss", "ce",
+                          "--model-update-interval", "1", "--beta", str(BETA),
+                          "--temperature", "0.1,0.8", "--top-p", "0.95",
+                          "--out", str(tmp_path / "run")])
     before, after = _accuracy(weak_sft, FOUR), _accuracy(os.path.join(out, "final"), FOUR)
     assert after > before + 0.06, (before, after)
     q0_rows = [json.loads(line) for line in open(os.path.join(out, "q0.jsonl"))]
@@ -341,28 +371,37 @@ def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
 
 
 def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch):
-    """Offline-only batches use no sampling and recompute rewards from the text; a second run reuses the Q0
-    cache; a run interrupted after step 3 and resumed ends with exactly the weights of an uninterrupted run."""
-    offline = write_jsonl(tmp_path / "off.jsonl", [{"nums": [3, 5], "target": 8, "completion": "<answer>3+5</answer>"},
-                                              {"nums": [7, 2], "target": 9, "completion": "<answer>7*2</answer>",
-                                               "reward": 1.0}])  # a wrong 'reward' field is ignored
+    """Offline-only batches use no sampling and recompute rewards from the text; a second run reuses
+    the Q0 cache; a run interrupted after step 3 and resumed ends with exactly the weights of an
+    uninterrupted run."""
+    # a wrong 'reward' field is ignored
+    offline = write_jsonl(tmp_path / "off.jsonl",
+                          [{"nums": [3, 5], "target": 8, "completion": "<answer>3+5</answer>"},
+                           {"nums": [7, 2], "target": 9, "completion": "<answer>7*2</answer>",
+                            "reward": 1.0}])
     problems = write_jsonl(tmp_path / "p.jsonl", FOUR)
-    base = RUN + ["--model", tiny_path, "--problems", problems, "--batch-size", "8", "--samples-per-prompt", "2",
-                  "--q0-samples", "4", "--offline-data", offline, "--save-every", "2", "--model-update-interval", "3"]
-    first = spo.main(base + ["--steps", "2", "--online-fraction", "0", "--out", str(tmp_path / "a")])
+    base = RUN + ["--model", tiny_path, "--problems", problems, "--batch-size", "8",
+                  "--samples-per-prompt", "2", "--q0-samples", "4", "--offline-data", offline,
+                  "--save-every", "2", "--model-update-interval", "3"]
+    first = spo.main(base + ["--steps", "2", "--online-fraction", "0",
+                             "--out", str(tmp_path / "a")])
     rows = _rows(first)[1:]
     assert all(r["online_share"] == 0.0 for r in rows) and all(0 < r["accuracy"] < 1 for r in rows)
     assert rows[0]["time_generate"] < 0.5
     cache = os.path.join(first, "q0.jsonl")
     assert len(open(cache).readlines()) == 4
 
-    whole = spo.main(base + ["--steps", "5", "--online-fraction", "0.5", "--q0-cache", cache, "--out", str(tmp_path / "b")])
+    whole = spo.main(base + ["--steps", "5", "--online-fraction", "0.5", "--q0-cache", cache,
+                             "--out", str(tmp_path / "b")])
     assert all(r["online_share"] == 0.5 for r in _rows(whole)[1:])
-    assert [r["sampler_age"] for r in _rows(whole)[1:]] == [0, 1, 2, 0, 1]  # --model-update-interval 3
-    assert open(os.path.join(whole, "q0.jsonl")).read() == open(cache).read()  # reused, nothing re-estimated
+    # --model-update-interval 3
+    assert [r["sampler_age"] for r in _rows(whole)[1:]] == [0, 1, 2, 0, 1]
+    # reused, nothing re-estimated
+    assert open(os.path.join(whole, "q0.jsonl")).read() == open(cache).read()
 
-    run_until_killed(spo.main, base + ["--steps", "5", "--online-fraction", "0.5", "--q0-cache", cache,
-                                       "--out", str(tmp_path / "c")], monkeypatch, step=3)
+    run_until_killed(spo.main, base + ["--steps", "5", "--online-fraction", "0.5",
+                                       "--q0-cache", cache, "--out", str(tmp_path / "c")],
+                     monkeypatch, step=3)
     resumed = spo.main(["--resume", str(tmp_path / "c")])
     assert [r["step"] for r in _rows(resumed)] == [0, 1, 2, 3, 4, 5]
     a, _ = common.load_model(os.path.join(whole, "final"))
@@ -373,29 +412,35 @@ def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch
 
 
 def test_offline_rows_are_trained_as_the_sampler_would_have_made_them(tiny_path, tmp_path):
-    """Issue 13.4: an offline row longer than --max-new-tokens is cut to it and scored on the cut text (a correct
-    solution cut short is a failure, as a sample of that length would be); a row that stopped unfinished
-    before the budget is dropped; both are counted in the step-0 metrics. The same rows with room to fit
-    keep their reward."""
-    solutions = [{**p, "completion": f"<answer>{p['nums'][0]}+{p['nums'][1]}</answer>"} for p in FOUR]
+    """Issue 13.4: an offline row longer than --max-new-tokens is cut to it and scored on the cut
+    text (a correct solution cut short is a failure, as a sample of that length would be); a row
+    that stopped unfinished before the budget is dropped; both are counted in the step-0 metrics.
+    The same rows with room to fit keep their reward."""
+    solutions = [{**p, "completion": f"<answer>{p['nums'][0]}+{p['nums'][1]}</answer>"}
+                 for p in FOUR]
     offline = write_jsonl(tmp_path / "off.jsonl", solutions + [{**FOUR[0], "completion": "<an",
                                                                  "finished": False}])
-    base = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "1",
-                  "--batch-size", "8", "--q0-samples", "2", "--offline-data", offline, "--online-fraction", "0"]
+    base = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                  "--steps", "1", "--batch-size", "8", "--q0-samples", "2",
+                  "--offline-data", offline, "--online-fraction", "0"]
     cut = _rows(spo.main(base + ["--max-new-tokens", "12", "--out", str(tmp_path / "cut")]))
     assert cut[0]["offline_cut"] == 4 and cut[0]["offline_dropped"] == 1
-    assert cut[1]["accuracy"] == 0.0 and cut[1]["length"] == 12.0  # "<answer>3+5<" is no answer; no EOS
+    # "<answer>3+5<" is no answer; no EOS
+    assert cut[1]["accuracy"] == 0.0 and cut[1]["length"] == 12.0
     fit = _rows(spo.main(base + ["--max-new-tokens", "32", "--out", str(tmp_path / "fit")]))
     assert fit[0]["offline_cut"] == 0 and fit[0]["offline_dropped"] == 1
     assert fit[1]["accuracy"] == 1.0 and fit[1]["length"] == 21.0  # 20 characters and EOS
 
 
 def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
-    out = spo.main(RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
-                          "--steps", "1000", "--batch-size", "4", "--samples-per-prompt", "2", "--q0-samples", "2",
-                          "--time-limit", "0.001", "--out", str(tmp_path / "run")])
+    out = spo.main(RUN + ["--model", tiny_path,
+                          "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                          "--steps", "1000", "--batch-size", "4", "--samples-per-prompt", "2",
+                          "--q0-samples", "2", "--time-limit", "0.001",
+                          "--out", str(tmp_path / "run")])
     rows = _rows(out)
-    assert [r["step"] for r in rows] == [0, 1]  # the budget (0.06 s) ran out before the first step ended
+    # the budget (0.06 s) ran out before the first step ended
+    assert [r["step"] for r in rows] == [0, 1]
     assert "eval3/sampled/accuracy" in rows[-1] and rows[-1]["samples"] == 4
     assert os.path.isdir(os.path.join(out, "final"))
 
@@ -423,16 +468,16 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, monkeypa
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 # Faults: kill and resume, Ctrl-C, non-finite values, corrupt or foreign files, a CLI fuzz
-# ---------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _popen(argv):
     env = {**os.environ, "TORCH_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.Popen([sys.executable, os.path.join(REPO, "spo.py"), *argv], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, os.path.join(REPO, "spo.py"), *argv], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for(proc, ready, what, timeout=300):
@@ -451,16 +496,19 @@ def _lines(path):
 def _final(run_dir):
     """The metrics a run ends with, and every step's loss (timings dropped)."""
     rows = _rows(run_dir)
-    return ({k: v for k, v in rows[-1].items() if not k.startswith("time")}, [r.get("loss") for r in rows])
+    return ({k: v for k, v in rows[-1].items() if not k.startswith("time")},
+            [r.get("loss") for r in rows])
 
 
-def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_same_run(tiny_path, tmp_path):
-    """A real subprocess is SIGKILLed while it estimates Q0 (1 of 4 chunks saved), resumed, SIGKILLed again
-    after step 3 (checkpoint at step 2), resumed to the end: its final metrics and every step's loss equal
-    an uninterrupted run's exactly."""
-    argv = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR), "--steps", "6",
-                  "--batch-size", "8", "--samples-per-prompt", "2", "--q0-samples", "48", "--q0-chunk", "1",
-                  "--save-every", "2", "--eval-every", "3", "--eval-k", "4"]
+def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_same_run(tiny_path,
+                                                                                      tmp_path):
+    """A real subprocess is SIGKILLed while it estimates Q0 (1 of 4 chunks saved), resumed,
+    SIGKILLed again after step 3 (checkpoint at step 2), resumed to the end: its final metrics and
+    every step's loss equal an uninterrupted run's exactly."""
+    argv = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                  "--steps", "6", "--batch-size", "8", "--samples-per-prompt", "2",
+                  "--q0-samples", "48", "--q0-chunk", "1", "--save-every", "2", "--eval-every", "3",
+                  "--eval-k", "4"]
     whole = spo.main(argv + ["--out", str(tmp_path / "whole")])
     run = str(tmp_path / "killed")
     proc = _popen(argv + ["--out", run])
@@ -482,9 +530,10 @@ def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_sa
 
 def test_ctrl_c_saves_a_checkpoint_and_prints_how_to_resume(tiny_path, tmp_path):
     run = str(tmp_path / "run")
-    proc = _popen(RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
-                         "--steps", "500", "--batch-size", "4", "--samples-per-prompt", "2", "--q0-samples", "2",
-                         "--save-every", "1000", "--out", run])
+    proc = _popen(RUN + ["--model", tiny_path,
+                         "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                         "--steps", "500", "--batch-size", "4", "--samples-per-prompt", "2",
+                         "--q0-samples", "2", "--save-every", "1000", "--out", run])
     metrics = os.path.join(run, "metrics.jsonl")
     _wait_for(proc, lambda: any(json.loads(x)["step"] >= 2 for x in _lines(metrics)), "step 2")
     proc.send_signal(signal.SIGINT)
@@ -513,8 +562,8 @@ def test_a_non_finite_loss_stops_before_the_weights_change(tiny, capsys):
 
 
 def _q0_row(**change):
-    return json.dumps({"key": countdown.problem_key(FOUR[0]), "successes": 1, "model": "M", "task": "countdown",
-                       "max_new_tokens": 32, "samples": 4, **change})
+    return json.dumps({"key": countdown.problem_key(FOUR[0]), "successes": 1, "model": "M",
+                       "task": "countdown", "max_new_tokens": 32, "samples": 4, **change})
 
 
 @pytest.mark.parametrize("text,message", [
@@ -525,20 +574,22 @@ def _q0_row(**change):
     (_q0_row(model="another") + "\n", "not reused"),
 ])
 def test_a_corrupt_or_foreign_q0_cache_is_refused(text, message, tiny_path, tmp_path, capsys):
-    """Made for another model, task or setting, or cut short by a killed writer: never silently reused."""
+    """Made for another model, task or setting, or cut short by a killed writer: never silently
+    reused."""
     model = os.path.realpath(tiny_path)
     (tmp_path / "q0.jsonl").write_text(text.replace('"M"', json.dumps(model)))
     with pytest.raises(SystemExit) as e:
-        spo.main(RUN + ["--model", tiny_path, "--q0-samples", "4", "--q0-cache", str(tmp_path / "q0.jsonl"),
-                        "--out", str(tmp_path / "run")])
+        spo.main(RUN + ["--model", tiny_path, "--q0-samples", "4",
+                        "--q0-cache", str(tmp_path / "q0.jsonl"), "--out", str(tmp_path / "run")])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and str(tmp_path / "q0.jsonl") in last and message in last, last
 
 
 def test_a_checkpoint_with_a_broken_trainer_state_is_refused(tiny_path, tmp_path, capsys):
-    run = spo.main(RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
-                          "--steps", "1", "--batch-size", "4", "--samples-per-prompt", "2", "--q0-samples", "2",
-                          "--out", str(tmp_path / "run")])
+    run = spo.main(RUN + ["--model", tiny_path,
+                          "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
+                          "--steps", "1", "--batch-size", "4", "--samples-per-prompt", "2",
+                          "--q0-samples", "2", "--out", str(tmp_path / "run")])
     (tmp_path / "run" / "checkpoint" / "trainer_state.pt").write_bytes(b"not a torch file")
     with pytest.raises(SystemExit) as e:
         spo.main(["--resume", run])
@@ -548,14 +599,15 @@ def test_a_checkpoint_with_a_broken_trainer_state_is_refused(tiny_path, tmp_path
 
 def _flags():
     parser, _ = spo.parse_args([])
-    return [a.option_strings[0] for a in parser._actions if a.option_strings and a.option_strings[0] != "-h"]
+    return [a.option_strings[0] for a in parser._actions
+            if a.option_strings and a.option_strings[0] != "-h"]
 
 
 @pytest.mark.parametrize("flag", _flags())
-def test_cli_fuzz_every_flag_gives_one_line_and_status_2_or_is_accepted(flag, tiny_path, tmp_path, monkeypatch,
-                                                                        capsys):
-    """Each flag with a wrong type, a negative, zero, nan, inf, an empty string and a missing path: parse and
-    check only (no model is loaded), so every case is cheap."""
+def test_cli_fuzz_every_flag_gives_one_line_and_status_2_or_is_accepted(flag, tiny_path, tmp_path,
+                                                                        monkeypatch, capsys):
+    """Each flag with a wrong type, a negative, zero, nan, inf, an empty string and a missing path:
+    parse and check only (no model is loaded), so every case is cheap."""
     monkeypatch.chdir(tmp_path)
     base = ["--model", tiny_path, "--train-prompts", "2", "--eval-size", "2"]
     for value in ["abc", "-1", "0", "nan", "inf", "", "missing.jsonl"]:
