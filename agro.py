@@ -122,7 +122,9 @@ def parse_args(argv=None):
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
                    help="seq: sum over tokens, mean over sequences (the derivation is at "
                         "sequence level)")
-    p.add_argument("--reward", default="original", help="reward variant: original, A or B")
+    p.add_argument("--reward", default=None,
+                   help="reward variant trained on (Countdown: original, A, B); "
+                        "default: the task's first")
     p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
     p.add_argument("--warmup", type=int, default=10,
                    help="steps of linear lr warm-up (Adam's first updates are ~lr*sign(g) for "
@@ -462,6 +464,7 @@ def check_args(args, parser):
             if getattr(args, flag) == "":
                 raise ValueError(f"--{flag.replace('_', '-')}: empty")
         task = get_task(args.task)
+        args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")

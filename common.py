@@ -601,22 +601,24 @@ def score_group(task, problem: dict, samples: list[Sample], variants) -> dict:
 
 def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k: int = 8,
              temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
-             reward_variant: str = "original", greedy: bool = True, prefix: str = "",
+             reward_variant: str | None = None, greedy: bool = True, prefix: str = "",
              all_rewards: bool = False, seed: int | None = 0, top_k: int = 0) -> dict:
     """The one evaluation every script reports, so that numbers compare across algorithms.
 
     greedy/*  : one greedy completion per problem.
     sampled/* : k completions per problem at `temperature` (default 1, the policy itself),
                 `top_p`, `top_k`.
-    Each block: accuracy (fully correct), reward (mean, `reward_variant`), format_rate (an <answer>
-    tag is present), length (mean completion tokens). Plus pass@k (unbiased estimator from the k
-    samples) and maj@k (the most frequent answer string of the k, whitespace removed, is correct).
+    Each block: accuracy (fully correct), reward (mean, `reward_variant`, default the task's first
+    variant), format_rate (an <answer> tag is present), length (mean completion tokens). Plus pass@k
+    (unbiased estimator from the k samples) and maj@k (the most frequent answer string of the k,
+    whitespace removed, is correct).
     all_rewards: also report the mean reward under every variant of the task (reward_A, ...).
     seed: the samples are drawn with this seed (None: from the global RNG), so an evaluation neither
     consumes the training RNG (a resumed run repeats the uninterrupted one whatever it evaluated)
     nor differs between two runs by luck: two checkpoints are compared on common random numbers.
     """
     metrics = {}
+    reward_variant = reward_variant or task.REWARD_VARIANTS[0]
     sampled = SamplingConfig(k, max_new_tokens, temperature, top_p, top_k, seed=seed)
     modes = ([("greedy", SamplingConfig(1, max_new_tokens, 0.0))] if greedy else []) + (
         [("sampled", sampled)] if k > 0 else [])

@@ -82,7 +82,9 @@ def parse_args(argv=None):
                    help="KL penalty folded into the reward, >= 0 ([CR]: 0)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
                    help="seq: sum over tokens then mean over sequences (Eq. 3); seq/len; token")
-    p.add_argument("--reward", default="original", help="reward variant: original, A or B")
+    p.add_argument("--reward", default=None,
+                   help="reward variant trained on (Countdown: original, A, B); "
+                        "default: the task's first")
     p.add_argument("--resample-uniform", action=argparse.BooleanOptionalAction, default=True,
                    help="draw more prompts until --prompts groups have advantages that can be "
                         "non-zero (dynamic sampling; module docstring)")
@@ -341,6 +343,7 @@ def load_inputs(args, parser, device: str) -> Inputs:
                                     f"lacks {', '.join(sorted(missing))})")
         check_args(args)
         task = get_task(args.task)
+        args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise common.UsageError(f"unknown --reward {args.reward!r}; choose from "
                                     f"{', '.join(task.REWARD_VARIANTS)}")

@@ -92,7 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--eval-k", type=int, default=8,
                    help="samples per problem for sampled accuracy/pass@k (0: none)")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--reward", default="original", help="reward variant reported in evaluation")
+    p.add_argument("--reward", default=None,
+                   help="reward variant reported in evaluation (Countdown: original, A, "
+                        "B); default: the task's first")
     p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
                    help="generation engine")
     # system
@@ -286,6 +288,7 @@ def load_inputs(args, parser, device: str) -> Inputs:
     try:
         check_args(args, parser)
         task = get_task(args.task)
+        args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise common.UsageError(f"unknown --reward {args.reward!r}; choose from "
                                     f"{', '.join(task.REWARD_VARIANTS)}")

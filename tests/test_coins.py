@@ -237,49 +237,32 @@ SCRIPTS = {  # script -> its flags for a run of a few steps
              "--eval-every", "1000"],
     "topr": ["--engine", "hf", "--iterations", "1", "--epochs", "1", "--prompts", "4", "--n", "2",
              "--batch-size", "4", "--train-size", "20", "--reward", "graded"],
-    "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2", "--n", "2",
+    "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2", "--n", "3",
              "--train-size", "20", "--eval-every", "1000"],
     "spo": ["--engine", "hf", "--steps", "2", "--train-prompts", "4", "--q0-samples", "2",
             "--batch-size", "4", "--samples-per-prompt", "2", "--warmup", "1",
             "--eval-every", "1000"],
 }
-_ORIGINAL = ("--reward defaults to Countdown's variant 'original' (should be the task's first, "
-             "task.REWARD_VARIANTS[0])")
-XFAIL = {  # script -> why its main() does not take the task from its default command yet
-    "sft": f"sft.py: {_ORIGINAL}",
-    "rloo": f"rloo.py: {_ORIGINAL}",
-    "agro": f"agro.py: {_ORIGINAL}",
-    "spo": "spo.py: its evaluation calls common.evaluate, whose reward_variant defaults to "
-           "'original'",
-}
-
-
-def _marks(script):
-    reason = XFAIL.get(script)
-    return [pytest.mark.xfail(reason=reason, raises=(SystemExit, ValueError), strict=False)
-            ] if reason else []
 
 
 def _metrics(run_dir):
     return [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
-@pytest.mark.xfail("sft" in XFAIL, reason=XFAIL.get("sft", ""), raises=SystemExit,
-                   strict=False)
 def test_sft_runs_on_coins(tmp_path):
     import sft
     out = sft.main(SMALL[:-2] + ["--steps", "4", "--eval-every", "2", "--train-size", "40",
-                                 "--batch-size", "8", "--warmup", "1",
+                                 "--batch-size", "8", "--warmup", "1", "--eval-sizes", "3",
                                  "--out", str(tmp_path / "run")])
     rows = _metrics(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["loss"] < rows[0]["loss"]  # learning the solver's demonstrations
     assert 0.0 <= rows[-1]["eval3/greedy/accuracy"] <= 1.0
-    assert "eval4/greedy/accuracy" not in rows[-1]  # --sizes 3 only
+    assert "eval4/greedy/accuracy" not in rows[-1]  # --eval-sizes 3 only
     assert os.path.exists(os.path.join(out, "final", "config.json"))
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, marks=_marks(s)) for s in SCRIPTS])
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_rl_script_runs_on_coins(script, tiny_path, tmp_path):
     main = __import__(script).main
     out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run")])
