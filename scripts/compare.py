@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import shlex
@@ -34,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -139,9 +140,12 @@ def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
     return metrics
 
 
-def cached_eval(path: str, model_path: str, task, eval_sets: dict, args, seed: int) -> dict:
+def cached_eval(path: str, model_path: str, task_name: str, eval_sets: dict, args,
+                seed: int) -> dict:
+    """The evaluation of one model, computed once and kept in `path` (JSON)."""
     if not os.path.exists(path):
-        common.write_json_atomic(path, evaluate_model(model_path, task, eval_sets, args, seed))
+        metrics = evaluate_model(model_path, get_task(task_name), eval_sets, args, seed)
+        common.write_json_atomic(path, metrics)
     return read_json(path)
 
 
@@ -423,20 +427,21 @@ def main(argv=None):
     with ThreadPoolExecutor(args.jobs) as pool:
         finished = dict(zip(jobs, pool.map(train, jobs)))
 
-    # 3. one evaluation of every final model, on the same held-out problems
+    # 3. one evaluation of every final model, on the same held-out problems, --jobs at a time
     eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in sizes}
-    results = {"variants": list(task.REWARD_VARIANTS), "runs": {"sft": []}}
-    for seed in seeds:
-        evals = cached_eval(os.path.join(out, f"sft-eval-s{seed}.json"), sft_path, task, eval_sets,
-                            args, seed)
-        results["runs"]["sft"].append({"dir": None, "usage": sft_usage, "eval": evals})
-    for name in rows:
-        for seed in seeds:
-            run_dir, usage = finished[(name, seed)]
-            evals = cached_eval(os.path.join(run_dir, "eval.json"), os.path.join(run_dir, "final"),
-                                task, eval_sets, args, seed)
-            results["runs"].setdefault(name, []).append({"dir": run_dir, "usage": usage,
-                                                         "eval": evals})
+    todo = [("sft", None, sft_usage, os.path.join(out, f"sft-eval-s{s}.json"), sft_path, s)
+            for s in seeds]
+    todo += [(name, finished[(name, s)][0], finished[(name, s)][1],
+              os.path.join(finished[(name, s)][0], "eval.json"),
+              os.path.join(finished[(name, s)][0], "final"), s) for name in rows for s in seeds]
+    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: torch state is per process
+    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+        evals = list(pool.map(cached_eval, *zip(*[(path, model, args.task, eval_sets, args, s)
+                                                  for _, _, _, path, model, s in todo])))
+    results = {"variants": list(task.REWARD_VARIANTS), "runs": {}}
+    for (name, run_dir, usage, *_), metrics in zip(todo, evals):
+        results["runs"].setdefault(name, []).append({"dir": run_dir, "usage": usage,
+                                                     "eval": metrics})
 
     # 4. RESULTS.md, its plot, results.json, README's block
     common.write_json_atomic(os.path.join(out, "results.json"), results)
