@@ -445,6 +445,7 @@ def main(argv=None):
 
     # 4. RESULTS.md, its plot, results.json, README's block
     common.write_json_atomic(os.path.join(out, "results.json"), results)
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
     plot(results, sizes[0], args.task, plot_path(args))
     print(write_results(results, args, sizes, argv))
     if args.readme:
