@@ -478,8 +478,8 @@ def problem_from_row(row):
         text = row.get("query", row.get("prompt"))
         found = _QUERY.search(text) if isinstance(text, str) else None
         if found is None:
-            raise ValueError("expected fields 'nums' and 'target' (or a query naming "
-                             "'the numbers [..], create an equation that equals N')")
+            raise ValueError("expected an object with fields 'nums' and 'target' (or a query "
+                             "naming 'the numbers [..], create an equation that equals N')")
         row = {"nums": [int(x) for x in found[1].replace(",", " ").split()],
                "target": int(found[2])}
     if "nums" not in row or "target" not in row:
