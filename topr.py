@@ -614,7 +614,7 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
 def evaluate(engine, inp: Inputs, args, step: int) -> dict:
     """Held-out accuracy and reward per size (common.evaluate: greedy, --eval-k samples at T=1)."""
     inp.model.eval()
-    variant = "original" if args.reward in (PM1, "A+B") else args.reward
+    variant = None if args.reward in (PM1, "A+B") else args.reward  # None: the task's first
     metrics = {}
     for n, (problems, prompts) in inp.eval_sets.items():
         metrics.update(common.evaluate(engine, inp.task, problems, prompts, k=args.eval_k,

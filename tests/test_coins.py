@@ -277,3 +277,15 @@ def test_rl_script_runs_on_coins(script, tiny_path, tmp_path):
             problem = cn.problem_from_row(row["problem"])
             assert row["reward"] == cn.reward(problem, row["completion"], "graded")
             assert row["grade"] == cn.grade(problem, row["completion"])
+
+
+def test_topr_default_reward_runs_on_coins(tiny_path, tmp_path):
+    """topr.py's default reward (pm1) with --task coins: its evaluation reports the task's first
+    reward variant (graded), not Countdown's 'original'."""
+    import topr
+    flags = [f for f in SCRIPTS["topr"] if f not in ("--reward", "graded")]
+    out = topr.main(SMALL + flags + ["--model", tiny_path, "--out", str(tmp_path / "run")])
+    rows = _metrics(out)
+    assert "eval3/sampled/reward" in rows[-1]
+    data = [json.loads(line) for line in open(os.path.join(out, "data-0.jsonl"))]
+    assert {row["reward"] for row in data} <= {1.0, -1.0}
