@@ -69,6 +69,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (seeds: numpy refuses negative ones)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
 def finite_float(text: str) -> float:
     """argparse type: any finite float (nan and inf are refused: they would poison the weights)."""
     value = float(text)
@@ -88,6 +96,7 @@ def fraction(text: str) -> float:
 # argparse reports the type's name in "invalid positive_int value: '0'"; give them readable names.
 positive_int.__name__ = "positive integer"
 positive_float.__name__ = "positive number"
+nonnegative_int.__name__ = "non-negative integer"
 finite_float.__name__ = "finite number"
 fraction.__name__ = "number in [0, 1]"
 

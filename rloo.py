@@ -50,17 +50,6 @@ import common
 from tasks import get_task
 
 
-def seed_int(text: str) -> int:
-    """argparse type: an integer >= 0 (numpy refuses negative seeds)."""
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value}")
-    return value
-
-
-seed_int.__name__ = "seed (an integer >= 0)"
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="countdown", help="task module in tasks/")
@@ -118,7 +107,7 @@ def parse_args(argv=None):
     # system
     p.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
                    help="generation engine")
-    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 

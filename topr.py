@@ -172,17 +172,6 @@ def negative_share(rewards, c: float, split: float) -> float:
 # --------------------------------------------------------------------------------------------------
 # Flags and inputs
 # --------------------------------------------------------------------------------------------------
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value}")
-    return value
-
-
-nonnegative_int.__name__ = "non-negative integer"
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="countdown", help="task module in tasks/")
@@ -204,7 +193,7 @@ def parse_args(argv=None):
     p.add_argument("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
                    help="uniform: every sample; anna-karenina: first positive per prompt plus its "
                         "negatives")
-    p.add_argument("--keep", type=nonnegative_int, default=0,
+    p.add_argument("--keep", type=common.nonnegative_int, default=0,
                    help="samples an iteration after selection (0: all it selects); anna-karenina "
                         "fills with random negatives up to this number")
     # the loss
@@ -244,7 +233,7 @@ def parse_args(argv=None):
     p.add_argument("--train-size", type=common.positive_int, default=20000,
                    help="training problems per size")
     # evaluation
-    p.add_argument("--eval-every", type=nonnegative_int, default=0,
+    p.add_argument("--eval-every", type=common.nonnegative_int, default=0,
                    help="also evaluate every N steps (0: at the end of each iteration only)")
     p.add_argument("--eval-sizes", default=None,
                    help="difficulty levels of the held-out evaluation, comma-separated; default: "
@@ -259,7 +248,7 @@ def parse_args(argv=None):
     p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
                    help="generation engine: hf (instant start, as fast as vLLM for the tiny model "
                         "on a CPU), vllm (GPU), auto")
-    p.add_argument("--seed", type=nonnegative_int, default=0)
+    p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
                    help="[CR]'s TOPR run with this reward: c 0, split 1, one dataset of 1,000 "
