@@ -94,3 +94,42 @@ def run_until_killed(main, argv, monkeypatch, step):
     with pytest.raises(KeyboardInterrupt):
         main(argv)
     monkeypatch.setattr(common.Run, "log", real_log)
+
+
+# Kill-and-resume tests: run a script in a real subprocess and SIGKILL it at a chosen moment.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def metrics_rows(run_dir):
+    """A run's metrics.jsonl without the wall-clock fields ("time", "time_*")."""
+    return [{k: v for k, v in json.loads(line).items() if k != "time" and not k.startswith("time_")}
+            for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def logged_lines(run_dir):
+    """How many rows the run has logged so far (0 before its metrics file exists)."""
+    try:
+        return len(open(os.path.join(run_dir, "metrics.jsonl")).readlines())
+    except OSError:
+        return 0
+
+
+def saved_step(run_dir):
+    """The step of the run's last complete checkpoint, or None."""
+    try:
+        return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
+    except Exception:
+        return None
+
+
+def kill_when(argv, ready, timeout=600):
+    """Run `python argv...` in the repository and SIGKILL it as soon as ready() holds."""
+    import subprocess
+    import time
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    while proc.poll() is None and not ready() and time.time() < deadline:
+        time.sleep(0.005)
+    proc.kill()
+    return proc.wait()

@@ -14,7 +14,8 @@ import torch
 
 import common
 import rloo
-from conftest import FOUR, SUMS, sampled, write_jsonl
+from conftest import (FOUR, SUMS, kill_when, logged_lines, metrics_rows, sampled, saved_step,
+                      write_jsonl)
 from tasks import countdown
 
 
@@ -285,35 +286,12 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, monkeypa
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _rows(run_dir):
-    """metrics.jsonl without the wall-clock fields."""
-    return [{k: v for k, v in json.loads(line).items() if k != "time" and not k.startswith("time_")}
-            for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
-def _logged(run_dir):
-    try:
-        return len(open(os.path.join(run_dir, "metrics.jsonl")).readlines())
-    except OSError:
-        return 0
 
 
-def _saved_step(run_dir):
-    try:
-        return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
-    except Exception:
-        return None
 
 
-def _kill_when(argv, ready, timeout=600):
-    """Run `python argv...` in the repository and SIGKILL it as soon as ready() holds."""
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + timeout
-    while proc.poll() is None and not ready() and time.time() < deadline:
-        time.sleep(0.005)
-    proc.kill()
-    return proc.wait()
 
 
 @pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
@@ -325,14 +303,14 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sf
                   "--eval-every", "3", "--beta", "0.1", "--engine", "hf"]
     straight = rloo.main(argv + ["--out", str(tmp_path / "a")])
     run = str(tmp_path / "b")
-    ready = ((lambda: _saved_step(run) == 2) if moment == "after_a_checkpoint"
-             else (lambda: _logged(run) >= 4))
-    assert _kill_when(["rloo.py", *argv, "--out", run], ready) == -9  # killed, not finished
+    ready = ((lambda: saved_step(run) == 2) if moment == "after_a_checkpoint"
+             else (lambda: logged_lines(run) >= 4))
+    assert kill_when(["rloo.py", *argv, "--out", run], ready) == -9  # killed, not finished
     proc = subprocess.run([sys.executable, "rloo.py", "--resume", run], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _rows(run) == _rows(straight)
-    assert "eval3/sampled/accuracy" in _rows(run)[-1]
+    assert metrics_rows(run) == metrics_rows(straight)
+    assert "eval3/sampled/accuracy" in metrics_rows(run)[-1]
 
 
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(weak_sft, tmp_path):
@@ -342,13 +320,14 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(weak_sft, tmp_path):
                              "--steps", "500", "--save-every", "500", "--engine", "hf", "--out",
                              run],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while _logged(run) < 3 and proc.poll() is None:  # step 0 (evaluation) and two steps
+    while logged_lines(run) < 3 and proc.poll() is None:  # step 0 (evaluation) and two steps
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130
     assert err.strip().splitlines()[-1].endswith(f"Resume with: python rloo.py --resume {run}")
-    assert _saved_step(run) == _logged(run) - 1 < 500  # the checkpoint is at the last logged step
+    # the checkpoint is at the last logged step
+    assert saved_step(run) == logged_lines(run) - 1 < 500
 
 
 # CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, inf, an empty

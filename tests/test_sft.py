@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM
 
 import common
 import sft
-from conftest import fit, run_until_killed, write_jsonl
+from conftest import (fit, kill_when, logged_lines, metrics_rows, run_until_killed, saved_step,
+                      write_jsonl)
 from tasks import countdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -171,35 +172,12 @@ def test_command_line_error_has_no_traceback(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("sft.py: error: no such model folder")
 
 
-def _rows(run_dir):
-    """metrics.jsonl without the wall-clock field."""
-    return [{k: v for k, v in json.loads(line).items() if k != "time"}
-            for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
-def _logged_steps(run_dir):
-    try:
-        return len(open(os.path.join(run_dir, "metrics.jsonl")).readlines())
-    except OSError:
-        return 0
 
 
-def _saved_step(run_dir):
-    try:
-        return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
-    except Exception:
-        return None
 
 
-def kill_when(argv, ready, timeout=600):
-    """Run `python argv...` in the repository and SIGKILL it as soon as ready() holds."""
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + timeout
-    while proc.poll() is None and not ready() and time.time() < deadline:
-        time.sleep(0.005)
-    proc.kill()
-    return proc.wait()
 
 
 @pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
@@ -209,14 +187,14 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_pat
     run's."""
     straight = sft.main(TINY_RUN + ["--out", str(tmp_path / "a")])
     run = str(tmp_path / "b")
-    ready = ((lambda: _saved_step(run) == 3) if moment == "after_a_checkpoint"
-             else (lambda: _logged_steps(run) >= 4))
+    ready = ((lambda: saved_step(run) == 3) if moment == "after_a_checkpoint"
+             else (lambda: logged_lines(run) >= 4))
     assert kill_when(["sft.py", *TINY_RUN, "--out", run], ready) == -9  # killed, not finished
     assert not os.path.exists(os.path.join(run, "final"))
     proc = subprocess.run([sys.executable, "sft.py", "--resume", run], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _rows(run) == _rows(straight)
+    assert metrics_rows(run) == metrics_rows(straight)
 
 
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
@@ -224,13 +202,13 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
     proc = subprocess.Popen([sys.executable, "sft.py", *TINY_RUN, "--steps", "400",
                              "--eval-every", "400", "--out", run],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while _logged_steps(run) < 2 and proc.poll() is None:
+    while logged_lines(run) < 2 and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130
     assert err.strip().splitlines()[-1].endswith(f"Resume with: python sft.py --resume {run}")
-    assert _saved_step(run) == _logged_steps(run) < 400  # the checkpoint is at the last logged step
+    assert saved_step(run) == logged_lines(run) < 400  # the checkpoint is at the last logged step
 
 
 # CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, an empty
