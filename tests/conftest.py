@@ -133,3 +133,31 @@ def kill_when(argv, ready, timeout=600):
         time.sleep(0.005)
     proc.kill()
     return proc.wait()
+
+
+# CLI fuzz: a flag given a wrong type, a negative, zero, nan, inf, an empty string or a missing
+# path must give exit status 2 with one error line and no traceback, or be accepted (a normal start).
+BAD_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/no/such/path.jsonl"]
+
+
+class _ReachedModelLoad(Exception):
+    pass
+
+
+def fuzz_flag(main, base_argv, flag, tmp_path, monkeypatch, capsys):
+    """main(base_argv + --out + [flag, value]) for each of BAD_VALUES, up to the model load only."""
+    monkeypatch.chdir(tmp_path)
+
+    def no_model(*a, **k):
+        raise _ReachedModelLoad
+    monkeypatch.setattr(common, "load_model", no_model)
+    for i, value in enumerate(BAD_VALUES):
+        try:
+            main(base_argv + ["--out", str(tmp_path / f"run{i}"), flag, value])
+        except _ReachedModelLoad:
+            continue  # accepted: a normal run would start here
+        except SystemExit as e:
+            err = capsys.readouterr().err.strip().splitlines()
+            assert e.code == 2, (flag, value, e.code)
+            assert err and "error: " in err[-1], (flag, value)
+            assert "Traceback" not in "\n".join(err), (flag, value)
