@@ -136,7 +136,7 @@ def kill_when(argv, ready, timeout=600):
 
 
 # CLI fuzz: a flag given a wrong type, a negative, zero, nan, inf, an empty string or a missing
-# path must give exit status 2 with one error line and no traceback, or be accepted (a normal start).
+# path: exit status 2 with one error line and no traceback, or accepted (a normal start).
 BAD_VALUES = ["abc", "-1", "0", "nan", "inf", "", "/no/such/path.jsonl"]
 
 
