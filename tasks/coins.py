@@ -33,6 +33,8 @@ import itertools
 import json
 import os
 
+from .files import read_problems
+
 NAME = "coins"
 REWARD_VARIANTS = ("graded", "binary")
 SIZES = (3, 4)  # denominations a problem: the sizes trained on and evaluated by default
@@ -299,27 +301,6 @@ def problem_key(problem):
 
 
 def load_jsonl(path):
-    """Problems from a file of JSON lines {"coins": [...], "amount": int}; blank lines skipped.
-
-    Any problem raises a one-line ValueError naming the file (and the line).
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except FileNotFoundError:
-        raise ValueError(f"no such data file: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    problems = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            problems.append(problem_from_row(json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: bad JSON ({e.msg})") from None
-        except ValueError as e:
-            raise ValueError(f"{path}:{lineno}: {e}") from None
-    if not problems:
-        raise ValueError(f"{path} holds no problems")
-    return problems
+    """Problems from a file of JSON lines {"coins": [...], "amount": int} (blank lines skipped);
+    a one-line ValueError names the file and line of any problem."""
+    return read_problems(path, problem_from_row)

@@ -32,6 +32,8 @@ import re
 from collections import Counter
 from fractions import Fraction
 
+from .files import read_problems
+
 NAME = "countdown"
 REWARD_VARIANTS = ("original", "A", "B")
 SIZES = (3, 4)  # numbers a puzzle: the sizes trained on and evaluated by default
@@ -498,33 +500,9 @@ def problem_key(problem):
 
 
 def load_jsonl(path):
-    """Problems from a file of JSON lines {"nums": [2 to 6 ints], "target": int}.
-
-    Blank lines are skipped and other fields dropped. Any problem raises a one-line ValueError
-    naming the file (and the line).
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except FileNotFoundError:
-        raise ValueError(f"no such data file: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
-    problems = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: bad JSON ({e.msg})") from None
-        try:
-            problems.append(problem_from_row(row))
-        except ValueError as e:
-            raise ValueError(f"{path}:{lineno}: {e}") from None
-    if not problems:
-        raise ValueError(f"{path} holds no problems")
-    return problems
+    """Problems from a file of JSON lines {"nums": [2 to 6 ints], "target": int} (blank lines
+    skipped, other fields dropped); a one-line ValueError names the file and line of any problem."""
+    return read_problems(path, problem_from_row)
 
 
 def load_hub(name, split, n, seed):
