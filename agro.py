@@ -152,8 +152,8 @@ def parse_args(argv=None):
                    help="samples a problem at temperature 1")
     p.add_argument("--save-every", type=common.positive_int, default=50)
     # system
-    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"],
-                   help="generation engine")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)

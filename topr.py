@@ -245,9 +245,8 @@ def parse_args(argv=None):
     p.add_argument("--save-every", type=common.positive_int, default=100,
                    help="checkpoint every N steps")
     # system
-    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
-                   help="generation engine: hf (instant start, as fast as vLLM for the tiny model "
-                        "on a CPU), vllm (GPU), auto")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
     p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,

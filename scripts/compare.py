@@ -80,8 +80,8 @@ def parse_args(argv=None):
                    help="wall-clock minutes per RL run, all included but the final evaluation")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
-    p.add_argument("--engine", default="hf", choices=["auto", "vllm", "hf"],
-                   help="engine of the RL runs (hf: fastest for the tiny model on a CPU)")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="engine of the RL runs; auto: vLLM on a GPU, else kv (common.make_engine)")
     p.add_argument("--eval-size", type=common.positive_int, default=200,
                    help="held-out problems a size")
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
@@ -124,11 +124,12 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
 
 
 def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
-    """The one evaluation of every final model: HF generate, same problems, both decodings."""
+    """The one evaluation of every final model: same engine, problems and seeds, both decodings
+    (the kv engine on a CPU: HF generate's samples, faster)."""
     common.setup(seed, args.threads)
     model, tokenizer = common.load_model(path)
     style = common.prompt_style(model, tokenizer)
-    engine = common.HFEngine(model, tokenizer)
+    engine = common.make_engine("auto", model, tokenizer, path, seed=seed)
     metrics = {}
     for n, problems in eval_sets.items():
         prompts = common.encode_prompts(task, problems, tokenizer, style)

@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import common
 from tasks import countdown
+from conftest import SUMS
 
 
 def test_tiny_model_round_trips_through_auto_classes(tiny_path):
@@ -218,7 +219,8 @@ def test_run_folder_refuses_to_overwrite(tmp_path):
 
 
 def test_auto_engine_picks_by_device(tiny, monkeypatch):
-    """auto: vLLM on a GPU when it is installed, HF generate on a CPU; no measurement, no cache."""
+    """auto: vLLM on a GPU when it is installed; on a CPU our KV loop for the model types it is
+    tested with, HF generate for the others; no measurement, no cache."""
     model, tok = tiny
 
     class FakeVLLM(common.HFEngine):
@@ -230,14 +232,66 @@ def test_auto_engine_picks_by_device(tiny, monkeypatch):
     monkeypatch.setattr(common, "VLLMEngine", FakeVLLM)
     monkeypatch.setattr(common, "vllm_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert common.make_engine("auto", model, tok, "unused").name == "hf"
+    assert common.make_engine("auto", model, tok, "unused").name == "kv"
     assert common.make_engine("vllm", model, tok, "unused").name == "vllm"
+    assert common.make_engine("hf", model, tok, "unused").name == "hf"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert common.make_engine("auto", model, tok, "unused").name == "vllm"
     monkeypatch.setattr(common, "vllm_available", lambda: False)
+    assert common.make_engine("auto", model, tok, "unused").name == "kv"
+    monkeypatch.setattr(model.config, "model_type", "gpt_neox")
     assert common.make_engine("auto", model, tok, "unused").name == "hf"
     with pytest.raises(common.UsageError, match="unknown engine"):
         common.make_engine("fast", model, tok, "unused")
+
+
+# ---- the KV engine: HF generate's samples, token for token
+KV_CONFIGS = [common.SamplingConfig(4, 40, 1.0, seed=3), common.SamplingConfig(1, 40, 0.0),
+              common.SamplingConfig(4, 40, 0.7, 0.9, 30, seed=5),
+              common.SamplingConfig(3, 12, 1.0, seed=7)]  # 12: many rows cut, none finished
+
+
+@pytest.fixture(scope="module")
+def weak_model(weak_sft):
+    """A model that ends most completions early, so that rows leave the batch at different steps;
+    prompts of different lengths (sizes 2 to 4), so that left padding differs by row."""
+    from tasks import countdown
+    common.setup(0, 1)
+    model, tok = common.load_model(weak_sft)
+    problems = SUMS[::13] + [p for n in (3, 4) for p in countdown.get_problems("test", 6, size=n)]
+    return model, tok, common.encode_prompts(countdown, problems, tok, "compact")
+
+
+@pytest.mark.parametrize("sc", KV_CONFIGS, ids=["T1", "greedy", "T0.7-top-p-top-k", "cut"])
+def test_kv_engine_draws_the_samples_hf_generate_draws_under_the_same_seed(weak_model, sc):
+    """Same model, same warpers, one multinomial over the whole batch a token: the same ids, texts,
+    ends and behaviour log-probs as HF generate, even as finished rows leave the KV batch."""
+    model, tok, prompts = weak_model
+    hf = [s for g in common.HFEngine(model, tok).generate(prompts, sc) for s in g]
+    kv = [s for g in common.KVEngine(model, tok).generate(prompts, sc) for s in g]
+    lengths = {len(s.ids) for s in hf}
+    if sc.temperature == 1 and sc.max_new_tokens > 12:
+        assert len(lengths) > 3  # rows did finish at different steps
+    assert [(s.prompt_ids, s.ids, s.text, s.finished) for s in kv] == \
+        [(s.prompt_ids, s.ids, s.text, s.finished) for s in hf]
+    for a, b in zip(kv, hf):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_kv_engine_log_probs_are_the_trainers_and_it_leaves_the_model_as_it_was(weak_model):
+    model, tok, prompts = weak_model
+    attention = model.config._attn_implementation
+    model.train()
+    flat = [s for g in common.KVEngine(model, tok).generate(prompts, common.SamplingConfig(4, 40))
+            for s in g]
+    assert model.training and model.config._attn_implementation == attention
+    with torch.no_grad():
+        lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in flat],
+                                              [s.ids for s in flat], tok.pad_token_id)
+    model.eval()
+    gap = max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item()
+              for i, s in enumerate(flat))
+    assert gap < 1e-4 and any(s.finished for s in flat) and any(len(s.ids) > 5 for s in flat)
 
 
 def test_truncate_drops_later_steps_and_a_line_torn_by_a_kill(tmp_path):

@@ -144,6 +144,24 @@ def test_completions_stop_at_either_eos_which_is_scored_like_any_token(taught_pa
     assert eos_row.abs().sum() > 0
 
 
+@pytest.mark.parametrize("sc", [common.SamplingConfig(1, 24, 0.0),
+                                common.SamplingConfig(4, 24, 1.0, seed=1),
+                                common.SamplingConfig(4, 24, 0.7, 0.8, 20, seed=2)],
+                         ids=["greedy", "T1", "T0.7-top-p-top-k"])
+def test_kv_engine_draws_hf_generates_samples_on_the_qwen2_model(taught_path, sc):
+    """Our KV loop on a Qwen2-shaped model (q/k/v biases, a chat template, two EOS ids)."""
+    model, tok = common.load_model(taught_path)
+    problems = PROBLEMS + OTHERS
+    hf = _sample(common.HFEngine(model, tok), tok, problems, sc)
+    kv = _sample(common.make_engine("auto", model, tok, taught_path), tok, problems, sc)
+    assert [(s.ids, s.text, s.finished) for s in kv] == [(s.ids, s.text, s.finished) for s in hf]
+    assert any(s.finished for s in kv)
+    if sc.top_p == 1:  # greedy log-probs are the raw policy's, as HF generate's
+        assert _gap(model, tok, kv) < 1e-4
+    else:
+        assert _nucleus_gap(model, kv, 0.7, 0.8) < 1e-4
+
+
 def test_the_checkpoint_reloads_in_plain_transformers_with_the_same_greedy_output(taught_path):
     model, tok = common.load_model(taught_path)
     prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
