@@ -231,10 +231,13 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
     optimizer.zero_grad(set_to_none=True)
     samples = [s for g in groups for s in g.samples]
     n_samples, n_tokens = len(samples), sum(len(s.ids) for s in samples)
-    loss_sum, h_all, lengths, logprob_gap = 0.0, [], [], 0.0
+    loss_sum, h_all, logprob_gap = 0.0, [], 0.0
+    # A group whose advantages are all 0 adds nothing to the gradient: no pass through it (the
+    # loss is still divided by the whole batch, so the gradient is the same as with it).
+    trained = [g for g in groups if has_signal(g.rewards, [s.ids for s in g.samples], args.beta)]
     # micro-batches of whole groups, sorted by length: each pads to its own longest completion
-    by_length = sorted(groups, key=lambda g: max(len(s.ids) for s in g.samples))
-    for start in range(0, len(groups), args.micro_batch):
+    by_length = sorted(trained, key=lambda g: max(len(s.ids) for s in g.samples))
+    for start in range(0, len(trained), args.micro_batch):
         mb = by_length[start:start + args.micro_batch]
         flat = [s for g in mb for s in g.samples]
         prompts, completions = [s.prompt_ids for s in flat], [s.ids for s in flat]
@@ -257,15 +260,14 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
         loss = rloo_loss(logprobs, mask, advantages, args.loss_norm) * share
         loss.backward()
         loss_sum += loss.item()
-        lengths.append(mask.sum(-1))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     common.check_finite(step + 1, "too high --lr, or --beta", loss=loss_sum, grad_norm=grad_norm)
     for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps
         group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
     optimizer.step()
     model.eval()
-    metrics = {"loss": loss_sum, "length": torch.cat(lengths).mean().item(),
-               "logprob_gap": logprob_gap, "grad_norm": grad_norm}
+    metrics = {"loss": loss_sum, "length": n_tokens / n_samples, "logprob_gap": logprob_gap,
+               "grad_norm": grad_norm, "trained_share": len(trained) / len(groups)}
     if h_all:
         metrics["kl"] = torch.cat(h_all).mean().item()
     return metrics

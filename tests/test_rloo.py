@@ -179,6 +179,34 @@ def test_rloo_step_on_a_hand_checked_case():
     assert torch.allclose(model.table.detach()[0], expected_row0, atol=1e-6)
 
 
+def test_rloo_step_passes_over_groups_without_signal_yet_takes_the_whole_batchs_gradient():
+    """Groups whose advantages are all 0 get no forward/backward pass, and the loss is still
+    divided by the whole batch: the SGD step equals that of Eq. 3 over every group (dividing by
+    the groups trained on instead would double it here)."""
+    def groups():
+        a = [common.Sample([2], [1], "", [-2 * math.log(2)], True),
+             common.Sample([2], [0, 0], "", [-2 * math.log(2)] * 2, True)]
+        b = [common.Sample([3], [2], "", [-2 * math.log(2)], True),
+             common.Sample([3], [3, 1], "", [-2 * math.log(2)] * 2, True)]
+        return [rloo.Group({}, a, [1.0, 0.0]), rloo.Group({}, b, [1.0, 1.0])]
+
+    args = SimpleNamespace(k=2, beta=0.0, loss_norm="seq", micro_batch=1, clip=1e9, lr=1.0,
+                           warmup=0)
+    model = _Bigram(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)))
+    expected = _Bigram(model.table.detach().clone())
+    m = rloo.rloo_step(model, None, torch.optim.SGD(model.parameters(), lr=1.0), groups(), args,
+                       pad_id=3, step=0)
+    assert m["trained_share"] == 0.5
+    flat = [s for g in groups() for s in g.samples]
+    lp, mask = common.completion_logprobs(expected, [s.prompt_ids for s in flat],
+                                          [s.ids for s in flat], 3)
+    advantages = rloo.rloo_advantages(torch.tensor([g.rewards for g in groups()])).view(-1)
+    rloo.rloo_loss(lp, mask, advantages).backward()
+    assert torch.allclose(model.table.detach(), expected.table.detach() - expected.table.grad,
+                          atol=1e-6)
+    assert not torch.allclose(model.table.detach(), expected.table.detach())
+
+
 def _sequence_logprobs(model, samples, pad_id):
     with torch.no_grad():
         lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in samples],
