@@ -199,3 +199,139 @@ def test_spo_q0_without_a_cache_is_the_leave_one_out_success_rate(weak_sft, rows
         others = int(wins[i // G].sum() - wins[i // G, i % G])
         s0 = others / (G - 1)  # Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}), beta = 0.5
         assert q0 == pytest.approx(0.5 * math.log(s0 + (1 - s0) * math.exp(-2)), abs=1e-9)
+
+
+# -------------------------------------------------------------------------------------------------
+# Fully offline: the transformers Trainers on the files topr.py and agro.py write
+# -------------------------------------------------------------------------------------------------
+def _offline_config(tmp_path, per_device, **kw):
+    """One optimizer step of plain SGD with lr 1 (the update is minus the gradient), the batch in
+    two micro-batches (gradient accumulation 2), so that Trainer's own scaling is checked too."""
+    return tt.OfflineConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[],
+                            save_strategy="no", per_device_train_batch_size=per_device,
+                            gradient_accumulation_steps=2, max_steps=1, optim="sgd",
+                            learning_rate=1.0, lr_scheduler_type="constant", max_grad_norm=1e9,
+                            weight_decay=0.0, seed=0, disable_tqdm=True, logging_steps=1, **kw)
+
+
+def _trained_update(trainer):
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    return -torch.cat([(p.detach() - b).reshape(-1)
+                       for p, b in zip(trainer.model.parameters(), before)])
+
+
+def _script_gradient(model, step):
+    """The gradient a script's step function leaves on `model` (optimizer: SGD with lr 0)."""
+    metrics = step(torch.optim.SGD(model.parameters(), lr=0.0))
+    return metrics["loss"], torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def _topr_file(weak_sft, tmp_path):
+    """topr.py's data file: 6 problems x 2 samples of the weak model, as topr.generate_rows and
+    topr.write_rows write it (reward pm1, LP_mu from the sampler)."""
+    from types import SimpleNamespace
+    common.setup(3, 1)
+    model, tok = common.load_model(weak_sft)
+    problems = SUMS[::13][:6]
+    prompts = common.encode_prompts(countdown, problems, tok, "compact")
+    args = SimpleNamespace(n=2, max_new_tokens=24, temperature=1.0, top_p=1.0)
+    rows = topr.generate_rows(common.HFEngine(model, tok), countdown, problems, prompts, tok, args,
+                              0, "pm1")
+    topr.write_rows(str(tmp_path / "data-0.jsonl"), rows)
+    return str(tmp_path / "data-0.jsonl"), tok
+
+
+@pytest.mark.parametrize("norm", ["seq/len", "seq"])
+def test_topr_offline_trainer_loss_and_gradient_equal_topr_step(weak_sft, tmp_path, norm):
+    """TOPROfflineTrainer on topr.py's file: its loss is topr.topr_loss on the same rows, and one
+    Trainer step (2 accumulated micro-batches of 6) moves the weights by the gradient of
+    topr.topr_step on all 12 rows, to 1e-6. A flipped reward sign or the other sequence
+    normalisation is farther than that."""
+    from types import SimpleNamespace
+    path, tok = _topr_file(weak_sft, tmp_path)
+    rows = tt.topr_rows(path, countdown, tok, "compact")
+    rewards = [r["reward"] for r in rows]
+    assert sorted(set(rewards)) == [-1.0, 1.0]  # both sets of Eq. 7 (T+ and T-) are exercised
+    lp_mu = torch.tensor([r["lp_mu"] for r in rows])
+    trainer = tt.TOPROfflineTrainer(model=common.load_model(weak_sft)[0], pad_id=tok.pad_token_id,
+                                    args=_offline_config(tmp_path, 6, sequence_norm=norm),
+                                    train_dataset=__import__("datasets").Dataset.from_list(rows))
+    with torch.no_grad():
+        trl_loss = trainer.compute_loss(trainer.model, tt._as_lists(rows)).item()
+        logprobs, mask = common.completion_logprobs(
+            trainer.model, [r["prompt_ids"] for r in rows], [r["completion_ids"] for r in rows],
+            tok.pad_token_id)
+    # LP_mu is the sampler's own log-prob of the same weights: the ratio is 1 up to rounding
+    assert ((logprobs * mask).sum(-1) - lp_mu).abs().max() < 1e-3
+    trl_grad = _trained_update(trainer)
+
+    script_rows = topr.read_rows(path, countdown, tok, "compact")  # as topr.py reads them
+
+    def script_step(r, loss_norm):  # topr.py's optimizer step, one micro-batch
+        args = SimpleNamespace(loss="topr", c=-0.8, split=0.0, loss_norm=loss_norm, micro_batch=12,
+                               clip=1e9)
+        model = common.load_model(weak_sft)[0]
+        return _script_gradient(model, lambda opt: topr.topr_step(
+            model, opt, script_rows, r, args, tok.pad_token_id, 1))
+    loss, grad = script_step(rewards, norm)
+    assert grad.abs().max() > 1e-3  # a real gradient
+    assert abs(trl_loss - loss) < 1e-6, (trl_loss, loss)
+    assert (trl_grad - grad).abs().max() < 1e-6, (trl_grad - grad).abs().max()
+    other = "seq" if norm == "seq/len" else "seq/len"
+    for wrong in (script_step([-r for r in rewards], norm)[1], script_step(rewards, other)[1]):
+        assert (trl_grad - wrong).abs().max() > 1e-4
+
+
+def _agro_file(weak_sft, tmp_path, n):
+    """agro.py's offline groups file (reference_samples.jsonl), as agro.write_offline writes it:
+    4 problems x n samples of the weak model."""
+    common.setup(5, 1)
+    model, tok = common.load_model(weak_sft)
+    problems = SUMS[5::19][:4]
+    prompts = common.encode_prompts(countdown, problems, tok, "compact")
+    groups = common.HFEngine(model, tok).generate(prompts, common.SamplingConfig(n, 24))
+    path = str(tmp_path / agro.REFERENCE_SAMPLES)
+    agro.write_offline(path, problems, groups)
+    return path, tok
+
+
+@pytest.mark.parametrize("norm", ["seq", "seq/len"])
+def test_agro_offline_trainer_loss_and_gradient_equal_agro_step(weak_sft, tiny_path, tmp_path,
+                                                                norm):
+    """AGROOfflineTrainer on agro.py's file, reference = the random tiny model (h far from 0): its
+    loss is agro.py's (Eq. 4) on the same groups, and one Trainer step (2 accumulated micro-batches
+    of 2 groups) moves the weights by the gradient of agro.agro_step on all 4 groups, to 1e-6. The
+    gradient with beta 0 (no KL regularisation), the rewards negated or the other normalisation is
+    farther than that."""
+    from types import SimpleNamespace
+    n = 4
+    path, tok = _agro_file(weak_sft, tmp_path, n)
+    rows = tt.agro_groups(path, countdown, n, tok, "compact", "original")
+    assert len({r for g in rows for r in g["rewards"]}) > 1
+    ref = common.load_model(tiny_path)[0]
+    trainer = tt.AGROOfflineTrainer(model=common.load_model(weak_sft)[0], ref_model=ref,
+                                    pad_id=tok.pad_token_id,
+                                    args=_offline_config(tmp_path, 2, sequence_norm=norm, beta=0.3),
+                                    train_dataset=__import__("datasets").Dataset.from_list(rows))
+    with torch.no_grad():
+        trl_loss = trainer.compute_loss(trainer.model, tt._as_lists(rows)).item()
+    trl_grad = _trained_update(trainer)
+    groups = agro.offline_groups(agro.read_offline(path, countdown, n), countdown, "original", tok,
+                                 "compact")
+
+    def script_step(beta, loss_norm, sign=1):  # agro.py's optimizer step, micro-batches of 3
+        args = SimpleNamespace(loss="agro", n=n, micro_batch=3, loss_norm=loss_norm, beta=beta,
+                               lambda_lr=1.0, lr_baseline="var", clip=1e9, lr=0.0, warmup=0)
+        batch = [g._replace(rewards=[sign * r for r in g.rewards]) for g in groups]
+        model = common.load_model(weak_sft)[0]
+        return _script_gradient(model, lambda opt: agro.agro_step(
+            model, ref, opt, batch, args, 0, tok.pad_token_id))
+    loss, grad = script_step(0.3, norm)
+    assert grad.abs().max() > 1e-3
+    assert abs(trl_loss - loss) < 1e-6, (trl_loss, loss)
+    assert (trl_grad - grad).abs().max() < 1e-6, (trl_grad - grad).abs().max()
+    other = "seq" if norm == "seq/len" else "seq/len"
+    for wrong in (script_step(0.0, norm)[1], script_step(0.3, norm, -1)[1],
+                  script_step(0.3, other)[1]):
+        assert (trl_grad - wrong).abs().max() > 1e-4
