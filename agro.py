@@ -117,6 +117,9 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after the start of this invocation, drawing the "
                         "reference samples included (then evaluate and save as at --steps)")
+    p.add_argument("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
+                   help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
+                        "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     p.add_argument("--n", type=int, default=8, help="completions per prompt (n >= 2)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
@@ -709,7 +712,9 @@ def main(argv=None):
             run.log(0, evaluate(args, inp, engine))
         bar = tqdm(total=args.steps, initial=step, desc=f"agro {args.loss}", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
+        snapshots = common.Snapshots(args.snapshots, started, run.dir)
         while step < args.steps:
+            snapshots.take(model, inp.tokenizer, step)
             t0 = time.perf_counter()
             batch = sample_batch(args, inp, engine, offline, step)  # fresh groups and offline ones
             t_gen = time.perf_counter() - t0
@@ -736,6 +741,7 @@ def main(argv=None):
             if last:
                 break
         bar.close()
+        snapshots.take(model, inp.tokenizer, step, final=True)
     common.save_checkpoint(run.path("final"), model, inp.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

@@ -93,12 +93,18 @@ def fraction(text: str) -> float:
     return value
 
 
+def minutes_list(text: str) -> list[float]:
+    """argparse type: comma-separated positive minutes, e.g. "1,2,5,10", returned sorted."""
+    return sorted(positive_float(m) for m in text.split(","))
+
+
 # argparse reports the type's name in "invalid positive_int value: '0'"; give them readable names.
 positive_int.__name__ = "positive integer"
 positive_float.__name__ = "positive number"
 nonnegative_int.__name__ = "non-negative integer"
 finite_float.__name__ = "finite number"
 fraction.__name__ = "number in [0, 1]"
+minutes_list.__name__ = "comma-separated positive minutes"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -903,6 +909,28 @@ def save_checkpoint(path: str, model, tokenizer, state: dict | None = None) -> N
         os.replace(path, old)
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+class Snapshots:
+    """The model as it stands at given minutes of wall clock since the script started (--snapshots
+    1,2,5): the points of a time-to-accuracy curve, saved as RUN/snapshots/<m>min and evaluated
+    afterwards (scripts/time_to_accuracy.py), so that evaluating them costs the run no time.
+
+    take() is called before each step and once after the last: a snapshot holds the weights at its
+    minute, late by at most one step; snapshot.json records when each was taken and its step. A
+    run that ends before a minute stands there with its final weights.
+    """
+
+    def __init__(self, minutes: list[float] | None, started: float, run_dir: str):
+        self.due, self.started, self.dir = list(minutes or []), started, run_dir
+
+    def take(self, model, tokenizer, step: int, final: bool = False) -> None:
+        elapsed = (time.time() - self.started) / 60
+        while self.due and (elapsed >= self.due[0] or final):
+            path = os.path.join(self.dir, "snapshots", f"{self.due.pop(0):g}min")
+            save_checkpoint(path, model, tokenizer)
+            write_json_atomic(os.path.join(path, "snapshot.json"),
+                              {"minutes": elapsed, "step": step})
 
 
 def checkpoint_path(path: str) -> str | None:

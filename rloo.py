@@ -63,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after this invocation started (then evaluate "
                         "and save as at --steps)")
+    p.add_argument("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
+                   help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
+                        "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     p.add_argument("--k", type=int, default=4,
                    help="samples per prompt (k >= 2); 64 x 4 learned faster per step than 32 x 8 "
@@ -441,8 +444,10 @@ def main(argv=None):
         tqdm.write(f"step 0: {shown(row)}")
     bar = tqdm(total=args.steps, initial=step, desc="rloo", dynamic_ncols=True)
     deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
+    snapshots = common.Snapshots(args.snapshots, started, run.dir)
     with common.StopOnInterrupt() as stop:
         while step < args.steps:
+            snapshots.take(model, inputs.tokenizer, step)
             t0 = time.perf_counter()
             model.eval()
             batch = draw_batch(engine, inputs.task, inputs.pool, inputs.prompts, step, args)
@@ -470,6 +475,7 @@ def main(argv=None):
             if last:
                 break
     bar.close()
+    snapshots.take(model, inputs.tokenizer, step, final=True)
     common.save_checkpoint(run.path("final"), model, inputs.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

@@ -132,6 +132,9 @@ def parse_args(argv=None):
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop training MIN minutes after the start of this invocation, the Q0 estimate "
              "included (then evaluate and save as at --steps)")
+    add("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
+        help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
+             "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     add("--lr", type=common.positive_float, default=6e-5,
         help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, "
              "docs/RESULTS.md)")
@@ -654,7 +657,9 @@ def main(argv=None):
 
         bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
+        snapshots = common.Snapshots(args.snapshots, started, run.dir)
         while step < args.steps:
+            snapshots.take(model, tokenizer, step)
             t0 = time.perf_counter()
             if step % args.model_update_interval == 0:  # refresh the sampler (the engine's weights)
                 sampler.load_state_dict(model.state_dict())
@@ -682,6 +687,7 @@ def main(argv=None):
             if last:
                 break
     bar.close()
+    snapshots.take(model, tokenizer, step, final=True)
     common.save_checkpoint(run.path("final"), model, tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

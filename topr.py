@@ -215,6 +215,9 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after the start, data generation included (then "
                         "evaluate and save as at the end)")
+    p.add_argument("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
+                   help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
+                        "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     p.add_argument("--epochs", type=common.positive_int, default=1,
                    help="passes over each iteration's data")
     p.add_argument("--batch-size", type=common.positive_int, default=64,
@@ -645,8 +648,10 @@ def main(argv=None):
         run.log(0, evaluate(engine, inp, args, 0))
     deadline = started + 60 * args.time_limit if args.time_limit else math.inf
     data = epoch = None
+    snapshots = common.Snapshots(args.snapshots, started, run.dir)
     with common.StopOnInterrupt() as stop:
         while at.iteration < args.iterations:
+            snapshots.take(model, inp.tokenizer, at.step)
             if data is None or (at.epoch == 0 and at.batch == 0):
                 # 1. this iteration's samples from mu, 2. the selection
                 rows = iteration_data(at.iteration, inp, engine, args)
@@ -675,6 +680,7 @@ def main(argv=None):
                 common.exit_interrupted("topr.py", run.dir, at.step)
             if out_of_time:
                 break
+    snapshots.take(model, inp.tokenizer, at.step, final=True)
     common.save_checkpoint(run.path("final"), model, inp.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

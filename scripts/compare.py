@@ -318,10 +318,20 @@ so levels differ; the order of rows is what can agree).
     if os.path.exists(notes):
         with open(notes) as f:
             text += "\n" + f.read()
+    text += time_block(args.results)
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
     with open(args.results, "w") as f:
         f.write(text)
     return text
+
+
+def time_block(path: str) -> str:
+    """The block scripts/time_to_accuracy.py wrote into the results file, kept as it is."""
+    start, end = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
+    text = open(path).read() if os.path.exists(path) else ""
+    if start not in text or end not in text:
+        return ""
+    return "\n" + text[text.index(start):text.index(end) + len(end)] + "\n"
 
 
 def plot_path(args) -> str:

@@ -326,3 +326,25 @@ def test_resumed_args_refuses_another_scripts_config_and_fills_new_flags(tmp_pat
         common.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
     with pytest.raises(SystemExit):
         common.resumed_args(parser.parse_args(["--resume", ""]), parser)
+
+
+def test_snapshots_hold_the_weights_at_their_minute_and_the_final_ones_after_the_end(
+        tiny, tmp_path, monkeypatch):
+    model, tok = tiny
+    now = [1000.0]
+    monkeypatch.setattr(common.time, "time", lambda: now[0])
+    snaps = common.Snapshots(common.minutes_list("5,1,2"), started=1000.0, run_dir=str(tmp_path))
+    for step, minute in enumerate([0.0, 0.5, 1.2, 1.4, 3.0]):
+        now[0] = 1000.0 + 60 * minute
+        with torch.no_grad():  # the weights of step `step`
+            model.get_input_embeddings().weight[0, 0] = step
+        snaps.take(model, tok, step)
+    snaps.take(model, tok, 5, final=True)  # the run ends at 3.0 minutes, before minute 5
+    got = {}
+    for name in ["1min", "2min", "5min"]:
+        info = json.load(open(tmp_path / "snapshots" / name / "snapshot.json"))
+        weights, _ = common.load_model(str(tmp_path / "snapshots" / name))
+        got[name] = (info["step"], weights.get_input_embeddings().weight[0, 0].item())
+    assert got == {"1min": (2, 2.0), "2min": (4, 4.0), "5min": (5, 4.0)}
+    with pytest.raises(ValueError):
+        common.minutes_list("1,0")

@@ -1,0 +1,226 @@
+"""Time to accuracy: held-out accuracy of each RL script after 1, 2, 5 and 10 minutes of wall clock.
+
+    python scripts/time_to_accuracy.py                  # CPU: rloo, topr, agro, spo; seeds 0,1,2
+    python scripts/time_to_accuracy.py --sft runs/compare/sft/final --minutes 1,2,5
+
+1. sft.py trains the starting checkpoint once (or `--sft PATH` reuses one).
+2. Each script runs from it with its own defaults, `--seed s`, `--time-limit` the last minute and
+   `--snapshots` the minutes: the model is saved as it stands at each minute since the script
+   started, everything included (loading, data generation, SPO's Q0 estimate, the script's own
+   periodic evaluations); `--jobs` runs go side by side.
+3. Every snapshot, and the SFT model, is evaluated here in one way: common.evaluate, the same
+   held-out problems, --eval-k samples at T = 1 (the policy itself), seeded.
+4. Writes the table and a plot of accuracy against wall clock into the time-to-accuracy block of
+   --results (docs/RESULTS.md; scripts/compare.py keeps that block when it rewrites the file).
+
+An interrupted invocation picks up where it stopped: finished runs and evaluations are kept.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shlex
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402  (its runner, JSON files, machine and commit lines)
+from compare import common, get_task  # noqa: E402
+
+# name -> (script, flags): each script's defaults (agro: off-policy, its default mode)
+ROWS = {"rloo": ("rloo.py", []), "topr": ("topr.py", []), "agro": ("agro.py", []),
+        "spo": ("spo.py", [])}
+START, END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--task", default="countdown")
+    p.add_argument("--model", default="tiny", help="the model sft.py starts from")
+    p.add_argument("--sft", default=None,
+                   help="reuse this SFT checkpoint instead of running sft.py")
+    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: "
+                   + ", ".join(ROWS))
+    p.add_argument("--minutes", type=common.minutes_list, default=[1.0, 2.0, 5.0, 10.0],
+                   help="wall-clock minutes at which each run's model is evaluated")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
+    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
+    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="engine of the runs; auto: vLLM on a GPU, else kv (common.make_engine)")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems a size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
+    p.add_argument("--out", default="runs/time", help="folder for the runs")
+    p.add_argument("--results", default="docs/RESULTS.md",
+                   help="the generated results file whose time-to-accuracy block is replaced")
+    return p, p.parse_args(argv)
+
+
+def check_args(args, parser):
+    """Every bad input as one line and exit status 2, before anything runs."""
+    try:
+        task = get_task(args.task)
+        rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+        unknown = [r for r in rows if r not in ROWS]
+        if unknown:
+            raise ValueError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+        seeds = compare.int_list(args.seeds, "--seeds")
+        if args.sft is not None and not os.path.isdir(args.sft):
+            raise ValueError(f"--sft {args.sft}: no such checkpoint")
+        if not os.path.exists(args.results):
+            raise ValueError(f"--results {args.results}: no such file (run scripts/compare.py)")
+    except ValueError as e:
+        parser.error(str(e))
+    return task, rows, seeds
+
+
+def evaluate_snapshot(path: str, model_path: str, task_name: str, eval_sets: dict, args,
+                      seed: int) -> dict:
+    """Sampled accuracy (T = 1) of one model on every size, computed once and kept in `path`."""
+    if not os.path.exists(path):
+        common.setup(seed, args.threads)
+        task = get_task(task_name)
+        model, tokenizer = common.load_model(model_path)
+        engine = common.make_engine("auto", model, tokenizer, model_path, seed=seed)
+        style = common.prompt_style(model, tokenizer)
+        metrics = {}
+        for n, problems in eval_sets.items():
+            prompts = common.encode_prompts(task, problems, tokenizer, style)
+            metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
+                                           greedy=False, prefix=f"eval{n}/", seed=seed))
+        common.write_json_atomic(path, metrics)
+    return compare.read_json(path)
+
+
+def table(curves: dict, sizes: list[int], minutes: list[float]) -> str:
+    """Rows: scripts; columns: sampled accuracy (%) of each size at each minute, mean ± sd."""
+    head = ["script"] + [f"{n}: {m:g} min" for n in sizes for m in minutes]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, by_minute in curves.items():
+        cells = [compare.mean_sd(by_minute[m][n], 100) for n in sizes for m in minutes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(curves: dict, sizes: list[int], minutes: list[float], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.2), squeeze=False,
+                             constrained_layout=True)
+    for ax, n in zip(axes[0], sizes):
+        for color, (name, by_minute) in zip(compare.COLORS[1:], curves.items()):
+            xs = sorted(by_minute)
+            means = [statistics.mean(by_minute[m][n]) * 100 for m in xs]
+            sds = [statistics.stdev(by_minute[m][n]) * 100 if len(by_minute[m][n]) > 1 else 0
+                   for m in xs]
+            ax.errorbar(xs, means, yerr=sds, color=color, marker="o", capsize=3, label=name)
+        ax.set_xlabel("wall clock since the script started (min)")
+        ax.set_ylabel(f"held-out accuracy, size {n}, T = 1 (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, title="mean ± sd over seeds")
+    fig.savefig(path, dpi=100)
+
+
+def write_block(args, argv, curves, sizes, seeds, steps) -> str:
+    """The time-to-accuracy block of --results, replaced in place (or appended)."""
+    png = os.path.splitext(args.results)[0] + "-time.png"
+    plot(curves, sizes, args.minutes, png)
+    snap = f"--snapshots {','.join(f'{m:g}' for m in args.minutes)} " \
+           f"--time-limit {args.minutes[-1]:g}"
+    rows = "\n".join(f"- {name}: `python {shlex.join([ROWS[name][0], *ROWS[name][1]])} {snap}`"
+                     for name in curves)
+    step_cells = "; ".join(f"{name} {statistics.mean(s):.0f}" for name, s in steps.items())
+    block = f"""{START}
+## Time to accuracy
+
+Generated by `python scripts/time_to_accuracy.py {shlex.join(argv)}`; do not edit by hand.
+Commit {compare.commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}; machine: {compare.machine()};
+{args.jobs} runs side by side, {args.threads} torch thread(s) each, engine {args.engine}; seeds
+{','.join(map(str, seeds))}. Each script runs with its defaults from the same SFT checkpoint and
+is saved as it stands after each number of minutes of wall clock since it started, everything
+included (loading, data generation, SPO's Q0 estimate, its own periodic evaluations). Held-out
+sampled accuracy: {args.eval_k} samples at T = 1 of {args.eval_size} problems a size,
+common.evaluate; % mean ± sd over seeds. Minute 0 is the SFT checkpoint (evaluated with each
+seed's draws).
+
+{table(curves, sizes, [0.0] + args.minutes)}
+Optimizer steps by {args.minutes[-1]:g} minutes (mean over seeds): {step_cells}.
+
+![time to accuracy]({os.path.basename(png)})
+
+{rows}
+{END}"""
+    with open(args.results) as f:
+        text = f.read()
+    if START in text and END in text:
+        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with open(args.results, "w") as f:
+        f.write(text)
+    return block
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser, args = parse_args(argv)
+    task, rows, seeds = check_args(args, parser)
+    out = os.path.abspath(args.out)
+    log_dir = os.path.join(out, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    py, started, minutes = sys.executable, time.time(), args.minutes
+
+    if args.sft:  # 1. the SFT checkpoint every run starts from
+        sft_path = os.path.abspath(args.sft)
+    else:
+        sft_dir = os.path.join(out, "sft")
+        compare.run_script("sft", [py, "sft.py", "--task", args.task, "--model", args.model,
+                                   "--out", sft_dir, "--threads", str(args.threads * args.jobs)],
+                           sft_dir, log_dir)
+        sft_path = os.path.join(sft_dir, "final")
+
+    def train(job):  # 2. one script, one seed, saved at every minute
+        name, seed = job
+        script, flags = ROWS[name]
+        run_dir = os.path.join(out, f"{name}-s{seed}")
+        cmd = [py, script, "--task", args.task, "--model", sft_path, "--out", run_dir,
+               "--seed", str(seed), "--threads", str(args.threads), "--engine", args.engine,
+               "--time-limit", f"{minutes[-1]:g}", "--snapshots", ",".join(map(str, minutes)),
+               *flags]
+        compare.run_script(os.path.basename(run_dir), cmd, run_dir, log_dir)
+        return run_dir
+    jobs = [(name, s) for s in seeds for name in rows]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        run_dirs = dict(zip(jobs, pool.map(train, jobs)))
+
+    # 3. every snapshot, and the SFT model, evaluated the same way
+    eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in task.SIZES}
+    todo = [("sft", 0.0, s, os.path.join(out, f"sft-eval-s{s}.json"), sft_path) for s in seeds]
+    for (name, s), run_dir in run_dirs.items():
+        for m in minutes:
+            snap = os.path.join(run_dir, "snapshots", f"{m:g}min")
+            todo.append((name, m, s, os.path.join(snap, "eval.json"), snap))
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+        evals = list(pool.map(evaluate_snapshot, *zip(*[(path, model, args.task, eval_sets, args, s)
+                                                        for _, _, s, path, model in todo])))
+    acc = {(name, m, s): metrics for (name, m, s, *_), metrics in zip(todo, evals)}
+    key = "eval{}/sampled/accuracy".format
+    curves = {name: {m: {n: [acc[(name, m, s) if m else ("sft", 0.0, s)][key(n)] for s in seeds]
+                         for n in task.SIZES} for m in [0.0] + minutes}
+              for name in rows}  # minute 0: the SFT model every run starts from
+    steps = {name: [compare.read_json(os.path.join(run_dirs[name, s], "snapshots",
+                                                   f"{minutes[-1]:g}min", "snapshot.json"))["step"]
+                    for s in seeds] for name in rows}
+    print(write_block(args, argv, curves, list(task.SIZES), seeds, steps))
+    print(f"[time_to_accuracy] {time.time() - started:.0f} s in all; {args.results}")
+
+
+if __name__ == "__main__":
+    main()
