@@ -39,16 +39,22 @@ requirements-trl.txt.
 """
 from __future__ import annotations
 
+import argparse
+import os
+import sys
+import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 from trl import GRPOConfig, GRPOTrainer
 
 import agro
 import common
 import spo
 import topr
+from tasks import get_task
 
 
 # -------------------------------------------------------------------------------------------------
@@ -395,3 +401,205 @@ def agro_groups(path: str, task, n: int, tokenizer, style: str, variant: str) ->
     return [{"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids[:n],
              "rewards": g.rewards[:n]}
             for g in groups]
+
+
+# -------------------------------------------------------------------------------------------------
+# Command line: one trainer on one task, held-out reward before and after
+# -------------------------------------------------------------------------------------------------
+ALGOS = {"topr": (TOPRTrainer, TOPRConfig, "pm1"), "agro": (AGROTrainer, AGROConfig, None),
+         "spo": (SPOTrainer, SPOConfig, "spo")}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="TOPR, AGRO or SPO as a TRL trainer: one process, or "
+                                "many under `accelerate launch` (module docstring)")
+    add = p.add_argument
+    add("--algo", required=True, choices=list(ALGOS))
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default="sft", help="`sft` (the newest sft.py run of --task), a folder or a hub "
+        "id; the start and (AGRO, SPO) the frozen reference")
+    add("--output-dir", default=None, help="run folder (default runs/trl-ALGO-TASK-TIME)")
+    add("--data", default=None, metavar="FILE", help="topr, agro: train fully offline on this file "
+        "(topr.py's data-ITER.jsonl, agro.py's reference_samples.jsonl) instead of sampling")
+    add("--q0-cache", default=None, metavar="FILE", help="spo: Q0 from spo.py's q0.jsonl (made "
+        "with this --model, --max-new-tokens and --q0-samples); default: the group's others")
+    add("--q0-samples", type=common.positive_int, default=64, help="samples behind --q0-cache")
+    add("--resume", action="store_true",
+        help="continue from the newest checkpoint-N in --output-dir (saved every 50 steps)")
+    add("--max-steps", type=common.positive_int, default=100, help="optimizer steps")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop training MIN minutes after the start (then evaluate and save as at the end)")
+    add("--prompts", type=common.positive_int, default=16,
+        help="prompts a step, over all processes (offline: rows of --data)")
+    add("--num-generations", type=int, default=4, help="completions a prompt (TRL's G, >= 2)")
+    add("--lr", type=common.positive_float, default=6e-5, help="AdamW lr, the scripts' default")
+    add("--warmup", type=common.nonnegative_int, default=10, help="linear warm-up steps")
+    add("--beta", type=common.positive_float, default=None,
+        help="AGRO, SPO: KL strength (default the config's: agro.py's, spo.py's)")
+    add("--max-new-tokens", type=common.positive_int, default=64)
+    add("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: numbers a "
+        "puzzle); default: the task's SIZES")
+    add("--eval-sizes", default=None, help="held-out difficulty levels; default: the task's SIZES")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--eval-size", type=common.nonnegative_int, default=200,
+        help="held-out problems a size (0: no evaluation)")
+    add("--eval-k", type=common.positive_int, default=8, help="samples a problem at temperature 1")
+    add("--use-vllm", action="store_true", help="generate with TRL's colocated vLLM (GPU)")
+    add("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
+    add("--seed", type=common.nonnegative_int, default=0)
+    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    return p, p.parse_args(argv)
+
+
+class Inputs(NamedTuple):
+    task: object
+    model_path: str
+    tokenizer: object
+    style: str            # the prompt style of the model (common.prompt_style)
+    train: list[dict]     # the trainer's dataset rows
+    eval_sets: dict       # size -> (problems, prompt ids)
+
+
+def sizes(text: str | None, default, flag: str) -> list[int]:
+    try:
+        return list(default) if text is None else [int(s) for s in text.split(",")]
+    except ValueError:
+        raise common.UsageError(f"{flag}: expected comma-separated integers, got {text!r}") \
+            from None
+
+
+def load_inputs(args, parser, world: int) -> Inputs:
+    """Every flag and file checked, the task's rows built; bad input: one line, exit 2."""
+    from transformers import AutoConfig, AutoTokenizer
+    try:
+        task = get_task(args.task)
+        if args.resume and not args.output_dir:
+            raise common.UsageError("--resume needs the --output-dir of the run")
+        if args.num_generations < 2:
+            raise common.UsageError(f"--num-generations must be at least 2, got "
+                                    f"{args.num_generations}")
+        if (args.data or args.q0_cache) and (args.data and args.algo == "spo"
+                                             or args.q0_cache and args.algo != "spo"):
+            raise common.UsageError("--data goes with topr or agro, --q0-cache with spo")
+        per_step = args.prompts * (1 if args.data and args.algo == "topr" else
+                                   args.num_generations)
+        if per_step % world:
+            raise common.UsageError(f"{per_step} samples a step do not split over {world} "
+                                    "processes")
+        path = common.resolve_model_path(args.model, task=args.task)
+        tok = AutoTokenizer.from_pretrained(path)
+        style = getattr(AutoConfig.from_pretrained(path), "prompt_style", None) or \
+            ("chat" if tok.chat_template else "plain")
+        if args.data and args.algo == "topr":
+            train = topr_rows(args.data, task, tok, style)
+        elif args.data:
+            train = agro_groups(args.data, task, args.num_generations, tok, style,
+                                task.REWARD_VARIANTS[0])
+        else:
+            problems = [p for n in sizes(args.sizes, task.SIZES, "--sizes")
+                        for p in task.get_problems("train", args.train_size, size=n,
+                                                   seed=args.seed)]
+            train = task_rows(task, problems, tok, style)
+        if args.q0_cache:
+            made_with = {"model": os.path.realpath(path) if os.path.exists(path) else path,
+                         "task": args.task, "max_new_tokens": args.max_new_tokens,
+                         "samples": args.q0_samples}
+            train = q0_column(train, task, args.q0_cache, made_with, args.beta or 0.5)
+        eval_sets = {}
+        for n in sizes(args.eval_sizes, task.SIZES, "--eval-sizes") if args.eval_size else []:
+            problems = task.get_problems("test", args.eval_size, size=n, seed=args.seed)
+            eval_sets[n] = (problems, common.encode_prompts(task, problems, tok, style))
+    except (common.UsageError, ValueError, OSError) as e:
+        parser.error(str(e).splitlines()[0])
+    return Inputs(task, path, tok, style, train, eval_sets)
+
+
+class TimeLimit(TrainerCallback):
+    """Stops training at a wall-clock deadline (checked after every optimizer step)."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = control.should_training_stop or time.time() >= self.deadline
+
+
+def make_trainer(args, inp: Inputs, world: int, out: str):
+    """The trainer --algo and --data name, configured from the flags."""
+    from datasets import Dataset
+    shared = dict(output_dir=out, max_steps=args.max_steps, learning_rate=args.lr,
+                  warmup_steps=args.warmup, lr_scheduler_type="constant_with_warmup",
+                  max_grad_norm=1.0, weight_decay=0.0, seed=args.seed, bf16=args.bf16,
+                  use_cpu=not torch.cuda.is_available(), report_to=[], logging_steps=1,
+                  save_strategy="steps", save_steps=50, save_only_model=False)
+    data = Dataset.from_list(inp.train)
+    if args.data:  # fully offline: a transformers Trainer on the file's rows or groups
+        from transformers import AutoModelForCausalLM
+        config = OfflineConfig(per_device_train_batch_size=args.prompts // world,
+                               **({"beta": args.beta} if args.beta else {}), **shared)
+        model = AutoModelForCausalLM.from_pretrained(inp.model_path)
+        kw = dict(model=model, args=config, train_dataset=data,
+                  pad_id=inp.tokenizer.pad_token_id, processing_class=inp.tokenizer)
+        if args.algo == "topr":
+            return TOPROfflineTrainer(**kw)
+        ref = AutoModelForCausalLM.from_pretrained(inp.model_path)
+        return AGROOfflineTrainer(ref_model=ref, **kw)
+    cls, config_cls, reward = ALGOS[args.algo]
+    config = config_cls(per_device_train_batch_size=args.prompts * args.num_generations // world,
+                        num_generations=args.num_generations,
+                        max_completion_length=args.max_new_tokens, temperature=1.0,
+                        disable_dropout=True, use_vllm=args.use_vllm, vllm_mode="colocate",
+                        **({"beta": args.beta} if args.beta else {}), **shared)
+    return cls(model=inp.model_path, args=config, train_dataset=data,
+               reward_funcs=task_reward(inp.task, reward or inp.task.REWARD_VARIANTS[0]),
+               processing_class=inp.tokenizer)
+
+
+def evaluate(path: str, inp: Inputs, args) -> dict:
+    """Held-out metrics of the model in `path`, per size: common.evaluate (greedy, and --eval-k
+    samples at temperature 1), the evaluation every script reports."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tok = common.load_model(path, device=device)
+    engine = common.make_engine("auto", model, tok, path, seed=args.seed)
+    metrics = {}
+    for n, (problems, prompts) in inp.eval_sets.items():
+        metrics.update(common.evaluate(engine, inp.task, problems, prompts, k=args.eval_k,
+                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens))
+    engine.close()
+    return metrics
+
+
+def main(argv=None):
+    started = time.time()
+    parser, args = parse_args(argv)
+    from accelerate import PartialState
+    state = PartialState()  # one process, or this one of `accelerate launch`'s
+    common.setup(args.seed, args.threads)
+    inp = load_inputs(args, parser, state.num_processes)
+    out = args.output_dir or common.default_out_dir(f"trl-{args.algo}", args.task)
+    figures = {"before": evaluate(inp.model_path, inp, args) if state.is_main_process else {}}
+    try:
+        trainer = make_trainer(args, inp, state.num_processes, out)
+    except ValueError as e:  # the trainers' and TRL's own checks of the configuration
+        parser.error(str(e).splitlines()[0])
+    if args.time_limit:
+        trainer.add_callback(TimeLimit(started + 60 * args.time_limit))
+    t0 = time.time()
+    trainer.train(resume_from_checkpoint=args.resume or None)
+    figures["train_seconds"] = round(time.time() - t0, 1)
+    figures["steps"] = trainer.state.global_step
+    final = os.path.join(out, "final")
+    trainer.save_model(final)  # every process takes part (ZeRO-3 gathers the weights)
+    if state.is_main_process:
+        figures["after"] = evaluate(final, inp, args)
+        common.write_json_atomic(os.path.join(out, "eval.json"), figures, indent=2)
+        for key in figures["before"]:
+            if key.endswith(("greedy/reward", "sampled/reward")):
+                print(f"{key}: {figures['before'][key]:.3f} -> {figures['after'][key]:.3f}")
+        print(f"done: {figures['steps']} steps in {figures['train_seconds']} s; model in {final}, "
+              f"figures in {os.path.join(out, 'eval.json')}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
