@@ -1,0 +1,135 @@
+"""Where the time of an rloo.py step goes, and its throughput, for several settings in one run.
+
+    python scripts/bench_rloo.py --model runs/compare/sft/final
+    python scripts/bench_rloo.py --model M --settings "hf;kv;kv --micro-batch 64"
+
+Each setting (rloo.py flags) runs --steps optimizer steps of rloo.py's own functions (draw_batch,
+rloo_step, engine.sync) from the same checkpoint and seed, in a process of its own, after one
+warm-up step; settings take turns --repeats times, so that a slower moment of a shared machine falls
+on all of them. Prints seconds per step and per part (generation, rewards, the trainer's forward
+pass, backward pass, optimizer, weight sync), completions generated and trained on per second
+(trained: the batch's B x k, as TRL counts), and the peak resident memory of the process.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import common  # noqa: E402
+
+
+class Clock:
+    """Seconds spent in wrapped functions, by part."""
+
+    def __init__(self):
+        self.parts = defaultdict(float)
+
+    def wrap(self, part: str, fn):
+        def timed(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.parts[part] += time.perf_counter() - t
+        return timed
+
+
+def one_setting(args) -> dict:
+    """Run rloo.py's step functions with the setting's flags; return per-step figures."""
+    import torch
+    import rloo
+    parser, rargs = rloo.parse_args(["--model", args.model, "--threads", str(args.threads),
+                                     "--out", os.path.join(args.tmp, "run"),
+                                     "--eval-size", "1"] + shlex.split(args.setting))
+    common.setup(rargs.seed, rargs.threads)
+    inputs = rloo.load_inputs(rargs, parser, "cpu")
+    model = inputs.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=rargs.lr, weight_decay=0.0)
+    engine = common.make_engine(rargs.engine, model, inputs.tokenizer, inputs.ref_path)
+    clock = Clock()
+    engine.generate = clock.wrap("generate", engine.generate)
+    task = inputs.task
+    task.reward = clock.wrap("rewards", task.reward)
+    forward = common.completion_logprobs
+    common.completion_logprobs = clock.wrap("forward", forward)
+    optimizer.step = clock.wrap("optimizer", optimizer.step)
+    torch.Tensor.backward = clock.wrap("backward", torch.Tensor.backward)
+    engine.sync = clock.wrap("sync", engine.sync)
+    totals = defaultdict(float)
+    for step in range(args.steps + 1):  # step 0 warms up
+        clock.parts.clear()
+        t = time.perf_counter()
+        batch = rloo.draw_batch(engine, task, inputs.pool, inputs.prompts, step, rargs)
+        rloo.rloo_step(model, inputs.ref_model, optimizer, batch.groups, rargs,
+                       inputs.tokenizer.pad_token_id, step)
+        engine.sync(model)
+        if step == 0:
+            continue
+        totals["step"] += time.perf_counter() - t
+        for part, seconds in clock.parts.items():
+            totals[part] += seconds
+        totals["generated"] += batch.generated
+        totals["trained"] += sum(len(g.samples) for g in batch.groups)
+    row = {k: v / args.steps for k, v in totals.items()}
+    row["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return row
+
+
+PARTS = ["generate", "rewards", "forward", "backward", "optimizer", "sync"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="sft", help="the checkpoint rloo.py starts from")
+    p.add_argument("--settings", default="--engine hf;--engine kv",
+                   help="rloo.py flags of each setting, separated by ';'")
+    p.add_argument("--steps", type=common.positive_int, default=8, help="timed steps a setting")
+    p.add_argument("--repeats", type=common.positive_int, default=2,
+                   help="turns of every setting (the faster turn is kept)")
+    p.add_argument("--threads", type=common.positive_int, default=2)
+    p.add_argument("--setting", help=argparse.SUPPRESS)  # one setting, in a child process
+    p.add_argument("--tmp", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.setting is not None:
+        print(json.dumps(one_setting(args)))
+        return
+    settings = [s.strip() for s in args.settings.split(";")]
+    best = {}
+    for _ in range(args.repeats):
+        for s in settings:
+            with tempfile.TemporaryDirectory() as tmp:
+                cmd = [sys.executable, __file__, "--model", args.model, "--steps",
+                       str(args.steps), "--threads", str(args.threads), "--setting", s,
+                       "--tmp", tmp]
+                out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"bench_rloo.py: setting {s!r} failed:\n{out.stderr[-2000:]}")
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            if s not in best or row["step"] < best[s]["step"]:
+                best[s] = row
+    print(f"rloo.py steps from {args.model}, {args.threads} thread(s), mean of {args.steps} steps "
+          f"after one warm-up, best of {args.repeats} turns; seconds per step:")
+    head = ["setting", "step"] + PARTS + ["generated/s", "trained/s", "peak MB"]
+    print("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
+    for s, r in best.items():
+        cells = [f"{r['step']:.2f}"] + [f"{r.get(k, 0.0):.3f}" for k in PARTS]
+        cells += [f"{r['generated'] / r['step']:.0f}", f"{r['trained'] / r['step']:.0f}",
+                  f"{r['peak_mb']:.0f}"]
+        print(f"| `{s}` | " + " | ".join(cells) + " |")
+    rate = {s: r["trained"] / r["step"] for s, r in best.items()}
+    for s in settings[1:]:
+        print(f"trained/s of `{s}` / `{settings[0]}`: {rate[s] / rate[settings[0]]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
