@@ -89,8 +89,9 @@ def parse_args(argv=None):
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--micro-batch", type=common.positive_int, default=16,
-                   help="prompts (groups of k) per forward/backward pass: memory, not maths")
+    p.add_argument("--micro-batch", type=common.positive_int, default=8,
+                   help="prompts (groups of k) per forward/backward pass: memory and speed, not "
+                        "maths (8 x 4 rows padded to their own longest were the fastest on a CPU)")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: "
                    "numbers a puzzle); default: the task's SIZES")
