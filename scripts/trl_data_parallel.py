@@ -8,8 +8,9 @@ Run it once as one process and once as two (gloo on CPU), then compare the updat
 on this machine, so the CPU run uses torchrun, which is what accelerate launches; on GPUs:
 accelerate launch.)
     python scripts/trl_data_parallel.py --compare runs/dp1 runs/dp2
-The global batch is the same (4 puzzles x 4 completions; 16 on one process, 8 on each of two), and
-the completions are fixed (a rollout function that returns the same texts whatever the process), so
+The global batch is the same (3 puzzles x 8 completions; 24 on one process, 12 on each of two, so
+that one group spans the two processes and its weights need the other's rewards), and the
+completions are fixed (a rollout function that returns the same texts whatever the process), so
 both runs must make the same update: plain SGD with lr 1, so the update is the gradient itself.
 """
 import argparse
@@ -26,17 +27,18 @@ import common  # noqa: E402
 import trl_trainers as tt  # noqa: E402
 from tasks import countdown  # noqa: E402
 
-G = 4  # completions per prompt
+G = 8  # completions per prompt: 3 x 8 = 24, 12 a process, so the second group spans both
 PROBLEMS = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9},
-            {"nums": [4, 4], "target": 8}, {"nums": [6, 1], "target": 7}]
+            {"nums": [6, 1], "target": 7}]
 TRAINERS = {"topr": (tt.TOPRTrainer, tt.TOPRConfig, "pm1", {}),
             "agro": (tt.AGROTrainer, tt.AGROConfig, "original", {}),
             "spo": (tt.SPOTrainer, tt.SPOConfig, "spo", {})}
 
 
 def fixed_rollout(tokenizer, rows):
-    """A TRL rollout function returning, for the k-th copy of a prompt, the k-th of G fixed texts
-    (right, wrong, unparsable, cut short), so that completions do not depend on the process."""
+    """A TRL rollout function returning, for the k-th copy of a prompt, the (k mod 4)-th of four
+    fixed texts (right, wrong, unparsable, cut short), so that completions do not depend on the
+    process."""
     problem_of = {r["prompt"]: countdown.problem_from_row(r) for r in rows}
 
     def texts(problem):
@@ -48,7 +50,7 @@ def fixed_rollout(tokenizer, rows):
         seen, completions = {}, []
         for p in prompts:
             k = seen[p] = seen.get(p, -1) + 1
-            ids = tokenizer(texts(problem_of[p])[k % G], add_special_tokens=False)["input_ids"]
+            ids = tokenizer(texts(problem_of[p])[k % 4], add_special_tokens=False)["input_ids"]
             completions.append(ids + [tokenizer.eos_token_id])
         return {"prompt_ids": [tokenizer(p, add_special_tokens=False)["input_ids"]
                                for p in prompts],
