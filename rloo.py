@@ -20,9 +20,13 @@ exactly the weights being trained; `logprob_gap` (max |engine log-prob - trainer
 must stay near 0 to show it. The KL to pi_ref is logged as `kl_to_ref` at every evaluation, and as
 `kl` (mean h) at every step when beta > 0 (with beta = 0 the reference forward pass is skipped).
 
-Dynamic sampling (`--resample-uniform`, on by default, as in DAPO): a group whose k advantages are
-all 0 adds no gradient but dilutes the batch mean, so such groups are set aside and further prompts
-are drawn until the batch holds --prompts groups whose advantages can be non-zero. A group is set
+A group whose k advantages are all 0 adds nothing to the gradient; rloo_step passes over it (no
+forward or backward pass) and still divides by the whole batch, so the estimate is Eq. 3's.
+
+Dynamic sampling (`--resample-uniform`, as in DAPO; off by default, as [CR] and [RLOO] are
+written, and no faster to an accuracy on the tiny model, docs/RESULTS.md): such groups dilute the
+batch mean, so they are set aside and further prompts are drawn until the batch holds --prompts
+groups whose advantages can be non-zero. A group is set
 aside only when its regularised rewards R_i are all equal: with beta = 0, when its k rewards r are
 equal; with beta > 0, when its rewards are equal AND its k completions are identical (then the h_i
 are equal too). A group with equal r but different completions still carries the KL term
@@ -77,7 +81,7 @@ def parse_args(argv=None):
     p.add_argument("--reward", default=None,
                    help="reward variant trained on (Countdown: original, A, B); "
                         "default: the task's first")
-    p.add_argument("--resample-uniform", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
                    help="draw more prompts until --prompts groups have advantages that can be "
                         "non-zero (dynamic sampling; module docstring)")
     p.add_argument("--max-draws", type=common.positive_int, default=4,
