@@ -19,7 +19,7 @@ import common  # noqa: E402
 import spo  # noqa: E402
 import topr  # noqa: E402
 import trl_trainers as tt  # noqa: E402
-from conftest import SUMS, sampled, write_jsonl  # noqa: E402
+from conftest import FOUR, SUMS, sampled, write_jsonl  # noqa: E402
 from tasks import countdown  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -375,3 +375,33 @@ def test_two_processes_make_the_update_of_one_process_on_the_combined_batch(tmp_
         print(f"{name}: |update| max {a.abs().max():.3f}, max |difference| "
               f"{(a - b).abs().max():.1e}")
     print(f"one process {t1:.0f} s, two processes {t2:.0f} s")
+
+
+# -------------------------------------------------------------------------------------------------
+# Learning: a short run raises the reward
+# -------------------------------------------------------------------------------------------------
+LEARNING = {"topr": (tt.TOPRTrainer, tt.TOPRConfig, "pm1", {})}
+
+
+@pytest.mark.parametrize("algo", list(LEARNING))
+def test_short_run_raises_the_reward(weak_sft, tmp_path, algo):
+    """30 steps of TRL's generation and the trainer's loss on four 2-number sums x 8 completions,
+    from the weak SFT model: the mean reward of 64 fresh samples a puzzle (T=1, seeded) rises by a
+    margin. Seen with seed 0 (TOPR): 0.132 -> 0.235 in 14 s of training."""
+    from datasets import Dataset
+    cls, config_cls, kind, extra = LEARNING[algo]
+    _, tok = common.load_model(weak_sft)
+    rows = tt.task_rows(countdown, FOUR, tok, "compact") * 8
+    config = config_cls(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to=[],
+                        save_strategy="no", logging_steps=1, per_device_train_batch_size=4 * 8,
+                        num_generations=8, max_completion_length=32, seed=0, disable_tqdm=True,
+                        max_steps=30, learning_rate=5e-4, warmup_steps=5,
+                        lr_scheduler_type="constant_with_warmup", weight_decay=0.0,
+                        disable_dropout=True, **extra)
+    trainer = cls(model=weak_sft, reward_funcs=tt.task_reward(countdown, kind), args=config,
+                  train_dataset=Dataset.from_list(rows), processing_class=tok)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "final"))
+    before = sampled(weak_sft, FOUR)["sampled/reward"]
+    after = sampled(str(tmp_path / "final"), FOUR)["sampled/reward"]
+    assert after > before + 0.06, (before, after)
