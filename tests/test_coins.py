@@ -233,13 +233,13 @@ def test_registered_with_the_whole_interface():
 SMALL = ["--task", "coins", "--threads", "1", "--seed", "0", "--max-new-tokens", "12",
          "--eval-size", "3", "--eval-k", "1", "--sizes", "3", "--eval-sizes", "3"]
 SCRIPTS = {  # script -> its flags for a run of a few steps
-    "rloo": ["--engine", "hf", "--steps", "2", "--prompts", "2", "--k", "2", "--train-size", "20",
+    "rloo": ["--engine", "kv", "--steps", "2", "--prompts", "2", "--k", "2", "--train-size", "20",
              "--eval-every", "1000"],
     "topr": ["--engine", "hf", "--iterations", "1", "--epochs", "1", "--prompts", "4", "--n", "2",
              "--batch-size", "4", "--train-size", "20", "--reward", "graded"],
     "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2", "--n", "3",
              "--train-size", "20", "--eval-every", "1000"],
-    "spo": ["--engine", "hf", "--steps", "2", "--train-prompts", "4", "--q0-samples", "2",
+    "spo": ["--engine", "kv", "--steps", "2", "--train-prompts", "4", "--q0-samples", "2",
             "--batch-size", "4", "--samples-per-prompt", "2", "--warmup", "1",
             "--eval-every", "1000"],
 }
@@ -264,9 +264,15 @@ def test_sft_runs_on_coins(tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_rl_script_runs_on_coins(script, tiny_path, tmp_path):
+    """...and saves the model as it stands at --snapshots minutes: before its first step, and (the
+    run ends first) its final weights."""
     main = __import__(script).main
-    out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run")])
+    out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run"),
+                                          "--snapshots", "999,0.001"])
     rows = _metrics(out)
+    snapshots = [json.load(open(os.path.join(out, "snapshots", m, "snapshot.json")))
+                 for m in ("0.001min", "999min")]
+    assert [s["step"] for s in snapshots] == [0, rows[-1]["step"]] and rows[-1]["step"] > 0
     assert rows and all("eval3/sampled/accuracy" in r for r in rows if "eval3/greedy/accuracy" in r)
     assert any("eval3/greedy/accuracy" in r for r in rows)
     assert os.path.exists(os.path.join(out, "final", "config.json"))
