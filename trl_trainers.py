@@ -28,14 +28,12 @@ Each takes its own config (TOPRConfig, AGROConfig, SPOConfig: GRPOConfig plus th
 fields; OfflineConfig: TrainingArguments plus the same fields). TRL's `beta` is the algorithm's beta
 for AGRO and SPO (it makes TRL compute the reference log-probs); TOPR needs no reference (beta 0).
 The loss is always the script's, so GRPOConfig's loss_type, epsilon, scale_rewards and
-importance-sampling options are ignored. Many GPUs (not run here; from TRL's documentation):
+importance-sampling options are ignored (docs/SCALE.md: TRL's limits for these losses).
 
-    accelerate launch --num_processes 8 my_run.py                     # DDP, one model copy per GPU
-    accelerate launch --config_file deepspeed_zero3.yaml my_run.py    # ZeRO-3 for an 8B model
+    python trl_trainers.py --algo topr|agro|spo --model PATH --output-dir DIR   # one process
+    accelerate launch --num_processes 8 trl_trainers.py --algo topr ...         # 8 GPUs (not run)
 
-with my_run.py building a trainer as in scripts/trl_data_parallel.py (use_vllm=True,
-vllm_mode="colocate" for generation on the training GPUs). Requirements: pip install -r
-requirements-trl.txt.
+Requirements: pip install -r requirements-trl.txt.
 """
 from __future__ import annotations
 
