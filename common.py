@@ -489,19 +489,34 @@ class _KVCache:
 class KVEngine(HFEngine):
     """The trainer's own model, decoded by a short loop of ours instead of HF `generate`.
 
-    Same distribution as HFEngine, token for token under the same seed (tests/test_common.py): the
-    same model forward, HF's own temperature/top-k/top-p warpers, and one torch.multinomial over
-    the whole batch per token, as generate() draws. Faster on a CPU because it skips work that a
+    Same distribution as HFEngine, token for token under the same seed and batch size
+    (tests/test_common.py): the same model forward, HF's own temperature/top-k/top-p warpers, and
+    one torch.multinomial over the whole batch per token, as generate() draws. Faster on a CPU because it skips work that a
     profile of generate() on the tiny model showed (scripts/bench_generation.py measures):
     - each distinct prompt is read once, and its cache copied to its n samples;
     - the cache is written in place (_KVCache), not concatenated anew at every token;
     - finished rows leave the batch once they are a quarter of it, instead of decoding to the end;
     - attention is matmul-softmax-matmul ("eager"): with one query token, torch's fused CPU
-      kernel (SDPA) took 1.5-2.4x longer at batch 256-512.
+      kernel (SDPA) took 1.5-2.4x longer at batch 256-512;
+    - batches are larger (max_rows): the per-token cost of each small operation is shared by
+      more rows.
     Needs a model whose forward takes a 4D additive attention mask and a cache object with
     update(), as Llama, Qwen2 and most decoder-only models of transformers 5 do.
     """
     name = "kv"
+    # Rows a batch: as many as fit a 1 GiB cache, at most 1024 (800-1600 rows decoded the tiny
+    # model fastest, 256 rows 30% slower). Samples equal HF generate's under a seed only at the same
+    # batch size: each batch is one multinomial draw a token.
+    cache_bytes, max_rows = 2**30, 1024
+
+    def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
+        c = self.model.config
+        heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        columns = max(len(p) for p in prompts) + sc.max_new_tokens
+        row = c.num_hidden_layers * 2 * heads * head_dim * columns * self.model.dtype.itemsize
+        self.batch_size = max(1, min(self.max_rows, self.cache_bytes // row))
+        return super().generate(prompts, sc)
 
     def _generate_batch(self, prompts: list[list[int]], sc: SamplingConfig) -> list[Sample]:
         config = self.model.config
