@@ -491,8 +491,9 @@ class KVEngine(HFEngine):
 
     Same distribution as HFEngine, token for token under the same seed and batch size
     (tests/test_common.py): the same model forward, HF's own temperature/top-k/top-p warpers, and
-    one torch.multinomial over the whole batch per token, as generate() draws. Faster on a CPU because it skips work that a
-    profile of generate() on the tiny model showed (scripts/bench_generation.py measures):
+    one torch.multinomial over the whole batch per token, as generate() draws. Faster on a CPU
+    because it skips work that a profile of generate() on the tiny model showed
+    (scripts/bench_generation.py measures):
     - each distinct prompt is read once, and its cache copied to its n samples;
     - the cache is written in place (_KVCache), not concatenated anew at every token;
     - finished rows leave the batch once they are a quarter of it, instead of decoding to the end;

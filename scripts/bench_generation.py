@@ -7,7 +7,8 @@ Prints completion tokens per second for our KV loop (common.KVEngine), HF genera
 installed), sampled at temperature 1 and greedy, and each engine's ratio to HF generate. The
 kv and hf engines take turns, repeat after repeat, so that a slower moment of a shared machine
 falls on both; the best repeat is kept. vLLM is measured after them: once started in this process,
-its CPU engine binds the threads (kv ran ~25% slower beside it). Engine start-up is reported apart, not in the rates.
+its CPU engine binds the threads (kv ran ~25% slower beside it). Engine start-up is reported
+apart, not in the rates.
 """
 import argparse
 import os
