@@ -109,7 +109,7 @@ def main():
         for s in settings:
             with tempfile.TemporaryDirectory() as tmp:
                 cmd = [sys.executable, __file__, "--model", args.model, "--steps",
-                       str(args.steps), "--threads", str(args.threads), "--setting", s,
+                       str(args.steps), "--threads", str(args.threads), f"--setting={s}",
                        "--tmp", tmp]
                 out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             if out.returncode != 0:
@@ -125,10 +125,11 @@ def main():
         cells = [f"{r['step']:.2f}"] + [f"{r.get(k, 0.0):.3f}" for k in PARTS]
         cells += [f"{r['generated'] / r['step']:.0f}", f"{r['trained'] / r['step']:.0f}",
                   f"{r['peak_mb']:.0f}"]
-        print(f"| `{s}` | " + " | ".join(cells) + " |")
+        print(f"| `{s or '(defaults)'}` | " + " | ".join(cells) + " |")
     rate = {s: r["trained"] / r["step"] for s, r in best.items()}
     for s in settings[1:]:
-        print(f"trained/s of `{s}` / `{settings[0]}`: {rate[s] / rate[settings[0]]:.2f}x")
+        print(f"trained/s of `{s or '(defaults)'}` / `{settings[0] or '(defaults)'}`: "
+              f"{rate[s] / rate[settings[0]]:.2f}x")
 
 
 if __name__ == "__main__":
