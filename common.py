@@ -532,7 +532,8 @@ class KVEngine(HFEngine):
         B, P, T = len(prompts), max(len(p) for p in prompts), sc.max_new_tokens
         # rows of a prompt's n samples are adjacent (generate() flattens so): read it once
         first = [i for i in range(B) if i == 0 or prompts[i] != prompts[i - 1]]
-        owner = torch.tensor(np.cumsum([i in set(first) for i in range(B)]) - 1, device=device)
+        starts = set(first)
+        owner = torch.tensor(np.cumsum([i in starts for i in range(B)]) - 1, device=device)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (P - len(prompts[i])) + prompts[i] for i in first],
                            device=device)  # [u, P]
@@ -543,8 +544,10 @@ class KVEngine(HFEngine):
         # a padding query attends to itself only, so that no row of the mask is empty
         allowed = (causal & real[first, None, None, :P]) | torch.eye(P, dtype=torch.bool,
                                                                      device=device)
-        neg = torch.finfo(torch.float32).min
-        mask = torch.where(allowed, 0.0, neg)  # [u, 1, P, P], added to the attention scores
+        dtype = self.model.dtype
+        neg = torch.finfo(dtype).min
+        # [u, 1, P, P], added to the attention scores
+        mask = torch.where(allowed, 0.0, neg).to(dtype)
         warpers = _warpers(sc)
         cache = _KVCache(P + T)
         tokens = torch.full((B, T), pad, dtype=torch.long, device=device)
@@ -582,7 +585,7 @@ class KVEngine(HFEngine):
                 rows, nxt, alive = rows[alive], nxt[alive], alive[alive]
             cache.start = P + t
             x, x_pos = nxt[:, None], pos[rows, -1:] + 1 + t
-            mask = torch.where(real[rows, None, None, :P + t + 1], 0.0, neg)
+            mask = torch.where(real[rows, None, None, :P + t + 1], 0.0, neg).to(dtype)
         samples = []
         for p, row, lp, n in zip(prompts, tokens.tolist(), logps.tolist(), lengths.tolist()):
             toks, finished = row[:n], row[n - 1] in self.eos

@@ -178,12 +178,13 @@ def test_the_checkpoint_reloads_in_plain_transformers_with_the_same_greedy_outpu
 
 
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bf16 on this CPU")
-def test_a_bf16_run_keeps_the_logprob_gap_within_the_documented_bound(standin_path):
+@pytest.mark.parametrize("kind", ["hf", "kv"])
+def test_a_bf16_run_keeps_the_logprob_gap_within_the_documented_bound(standin_path, kind):
     common.setup(0, 1)
     model, tok = common.load_model(standin_path, dtype="bfloat16")
-    engine = common.HFEngine(model, tok)
+    engine = common.make_engine(kind, model, tok, standin_path)
     gap = _gap(model, tok, _sample(engine, tok, PROBLEMS, common.SamplingConfig(8, 48)))
-    print(f"bf16 HF engine vs bf16 trainer: logprob_gap {gap:.2e}")
+    print(f"bf16 {kind} engine vs bf16 trainer: logprob_gap {gap:.2e}")
     assert gap < BF16_GAP
 
 
