@@ -362,14 +362,20 @@ def int_list(text: str, flag: str) -> list[int]:
         raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
 
+def row_list(text: str, known) -> list[str]:
+    """--rows: comma-separated names of `known`, or ValueError naming the unknown ones."""
+    rows = [r.strip() for r in text.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in known]
+    if unknown:
+        raise ValueError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    return rows
+
+
 def check_args(args, parser):
     """Every bad input as one line and exit status 2, before anything runs."""
     try:
         task = get_task(args.task)
-        rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-        unknown = [r for r in rows if r not in ROWS]
-        if unknown:
-            raise ValueError(f"--rows: unknown {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+        rows = row_list(args.rows, ROWS)
         seeds = int_list(args.seeds, "--seeds")
         sizes = int_list(args.sizes, "--sizes") if args.sizes else list(task.SIZES)
         if args.sft is not None and not os.path.isdir(args.sft):
