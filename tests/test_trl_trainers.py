@@ -405,3 +405,19 @@ def test_short_run_raises_the_reward(weak_sft, tmp_path, algo):
     before = sampled(weak_sft, FOUR)["sampled/reward"]
     after = sampled(str(tmp_path / "final"), FOUR)["sampled/reward"]
     assert after > before + 0.06, (before, after)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--algo", "spo", "--data", "x.jsonl"], "--data goes with topr or agro"),
+    (["--algo", "agro", "--num-generations", "1"], "--num-generations must be at least 2"),
+    (["--algo", "topr", "--lr", "nan"], "--lr"),
+    (["--algo", "topr", "--sizes", "3,x"], "--sizes: expected comma-separated integers"),
+    (["--algo", "topr", "--model", "no/such/folder/here"], "no/such/folder/here"),
+    (["--algo", "topr", "--resume"], "--resume needs the --output-dir"),
+])
+def test_command_line_bad_input_is_one_line_and_status_2(args, message, tiny_path, capsys):
+    model = [] if "--model" in args else ["--model", tiny_path]
+    with pytest.raises(SystemExit) as e:
+        tt.main(args + model)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and message in err[-1] and "Traceback" not in "\n".join(err)
