@@ -24,9 +24,8 @@ A group whose k advantages are all 0 adds nothing to the gradient; rloo_step pas
 forward or backward pass) and still divides by the whole batch, so the estimate is Eq. 3's.
 
 Dynamic sampling (`--resample-uniform`, as in DAPO; off by default, as [CR] and [RLOO] are
-written, and no faster to an accuracy on the tiny model, docs/RESULTS.md): such groups dilute the
-batch mean, so they are set aside and further prompts are drawn until the batch holds --prompts
-groups whose advantages can be non-zero. A group is set
+written): such groups dilute the batch mean, so they are set aside and further prompts are drawn
+until the batch holds --prompts groups whose advantages can be non-zero. A group is set
 aside only when its regularised rewards R_i are all equal: with beta = 0, when its k rewards r are
 equal; with beta > 0, when its rewards are equal AND its k completions are identical (then the h_i
 are equal too). A group with equal r but different completions still carries the KL term
