@@ -1,6 +1,7 @@
 """Compare the algorithms on one task; write docs/RESULTS.md. One SFT checkpoint, one budget, seeds.
 
     python scripts/compare.py            # CPU: tiny model, every row, seeds 0,1,2, 3 minutes a run
+    python scripts/compare.py --task coins    # another task: docs/RESULTS-coins.md, our rows only
     python scripts/compare.py --sft runs/sft-countdown-TIME/final --time-limit 30 --jobs 1 \
         --engine vllm                    # GPU
 
@@ -42,10 +43,10 @@ sys.path.insert(0, ROOT)
 import common  # noqa: E402
 from tasks import get_task  # noqa: E402
 
-# name -> (script, flags, timed). First the course report's configurations, then our defaults.
-# Untimed rows run their fixed budget to the end ([CR]'s TOPR: 1,000 completions, 2 epochs, so that
-# "A then B" reaches B); timed rows get --time-limit. agro off-policy draws 512 reference prompts,
-# not 2048 (2048 x 8 take ~4 minutes on one thread).
+# name -> (script, flags, timed). First the course report's configurations (Countdown only), then
+# our defaults. Untimed rows run their fixed budget to the end ([CR]'s TOPR: 1,000 completions, 2
+# epochs, so that "A then B" reaches B); timed rows get --time-limit. agro off-policy draws 512
+# reference prompts, not 2048 (2048 x 8 take ~4 minutes on one thread).
 ROWS = {
     "rloo": ("rloo.py", [], True),
     "topr (report: original)": ("topr.py", ["--report-variant", "original"], False),
@@ -61,6 +62,8 @@ REPORT_TABLE1 = {"sft": 0.3385, "rloo": 0.2140, "topr (report: original)": 0.227
                  "topr (report: A)": 0.4060, "topr (report: A then B)": 0.4849}
 REPORT_TABLE2 = {"rloo": 0.129, "topr (report: A)": 0.2656, "topr (report: A then B)": 0.1458}
 REPORT_DECODING = dict(temperature=0.15, top_p=0.9, top_k=30)
+REPORT_TASK = "countdown"  # the report's task: its rows, decoding and figures apply to it alone
+REPORT_ROWS = [name for name in ROWS if name.startswith("topr (report")]
 COLORS = ["black", "tab:blue", "tab:purple", "tab:pink", "tab:brown", "tab:orange", "tab:olive",
           "tab:green", "tab:red"]
 README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
@@ -73,8 +76,9 @@ def parse_args(argv=None):
                    help="the model sft.py starts from (tiny, a folder, a hub id)")
     p.add_argument("--sft", default=None,
                    help="reuse this SFT checkpoint instead of running sft.py")
-    p.add_argument("--rows", default=",".join(ROWS),
-                   help="comma-separated subset of: " + ", ".join(ROWS))
+    p.add_argument("--rows", default=None,
+                   help="comma-separated subset of: " + ", ".join(ROWS) + " (default: all; the "
+                   "report's rows on Countdown only)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for the RL runs")
     p.add_argument("--time-limit", type=common.positive_float, default=3.0, metavar="MIN",
                    help="wall-clock minutes per RL run, all included but the final evaluation")
@@ -87,12 +91,21 @@ def parse_args(argv=None):
     p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
     p.add_argument("--sizes", default=None,
                    help="held-out sizes, comma-separated (default: the task's)")
-    p.add_argument("--out", default="runs/compare", help="folder for the runs and results.json")
-    p.add_argument("--results", default="docs/RESULTS.md",
-                   help="the generated results file (its plot is written beside it)")
-    p.add_argument("--readme", default="README.md",
-                   help="README whose results block is replaced ('' to leave it alone)")
-    return p, p.parse_args(argv)
+    p.add_argument("--out", default=None, help="folder for the runs and results.json (default: "
+                   "runs/compare, runs/compare-TASK for another task)")
+    p.add_argument("--results", default=None, help="the generated results file, its plot beside "
+                   "it (default: docs/RESULTS.md, docs/RESULTS-TASK.md for another task)")
+    p.add_argument("--readme", default=None, help="README whose results block is replaced ('' to "
+                   "leave it alone; default: README.md for Countdown, none for another task)")
+    args = p.parse_args(argv)
+    main_task = args.task == REPORT_TASK
+    if args.out is None:
+        args.out = "runs/compare" if main_task else f"runs/compare-{args.task}"
+    if args.results is None:
+        args.results = "docs/RESULTS.md" if main_task else f"docs/RESULTS-{args.task}.md"
+    if args.readme is None:
+        args.readme = "README.md" if main_task else ""
+    return p, args
 
 
 # -------------------------------------------------------------------------------------------------
@@ -135,9 +148,10 @@ def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
         prompts = common.encode_prompts(task, problems, tokenizer, style)
         metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
                                        prefix=f"eval{n}/", all_rewards=True, seed=seed))
-        metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k, greedy=False,
-                                       prefix=f"eval{n}/report-", all_rewards=True, seed=seed,
-                                       **REPORT_DECODING))
+        if task.NAME == REPORT_TASK:
+            metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
+                                           greedy=False, prefix=f"eval{n}/report-",
+                                           all_rewards=True, seed=seed, **REPORT_DECODING))
     return metrics
 
 
@@ -186,13 +200,18 @@ def table(results: dict, cols: list[tuple[str, str, float]], usage: bool = False
 
 
 def main_table(results: dict, sizes: list[int]) -> str:
-    """Accuracy (%) and mean reward (original) under both decodings, every size."""
+    """Accuracy (%) every size, greedy and at T = 1; on Countdown also under [CR]'s decoding with
+    its mean reward (original), elsewhere the mean reward (the task's default) at T = 1."""
     cols = []
     for n in sizes:
         cols += [(f"{n}: greedy acc", f"eval{n}/greedy/accuracy", 100),
-                 (f"{n}: T=1 acc", f"eval{n}/sampled/accuracy", 100),
-                 (f"{n}: [CR] decoding acc", f"eval{n}/report-sampled/accuracy", 100),
-                 (f"{n}: [CR] decoding reward", f"eval{n}/report-sampled/reward_original", 1)]
+                 (f"{n}: T=1 acc", f"eval{n}/sampled/accuracy", 100)]
+        if results["task"] == REPORT_TASK:
+            cols += [(f"{n}: [CR] decoding acc", f"eval{n}/report-sampled/accuracy", 100),
+                     (f"{n}: [CR] decoding reward", f"eval{n}/report-sampled/reward_original", 1)]
+        else:
+            reward = results["variants"][0]
+            cols += [(f"{n}: T=1 reward {reward}", f"eval{n}/sampled/reward_{reward}", 1)]
     return table(results, cols, usage=True)
 
 
@@ -265,40 +284,14 @@ def commit() -> str:
     return head + (" (with uncommitted changes)" if dirty else "")
 
 
-def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str:
-    first, k = sizes[0], args.eval_k
-    extra = table(results, [(f"{first}: pass@{k}", f"eval{first}/pass@{k}", 100),
-                            (f"{first}: format", f"eval{first}/sampled/format_rate", 100),
-                            (f"{first}: length", f"eval{first}/sampled/length", 1)]
-                  + [(f"{first}: reward {v}", f"eval{first}/sampled/reward_{v}", 1)
-                     for v in results["variants"]])
+def report_section(results: dict, first: int) -> str:
+    """[CR]'s Table 1-2 figures beside ours, and where the orders differ (Countdown only)."""
+    if results["task"] != REPORT_TASK:
+        return ""
     report = ["| configuration | [CR] Table 1 (200 puzzles) | [CR] Table 2 (1,000 harder) |",
               "|---|---|---|"]
     report += [f"| {n} | {REPORT_TABLE1[n]} | {REPORT_TABLE2.get(n, '')} |" for n in REPORT_TABLE1]
-    rows = "\n".join(f"- {name}: `python {ROWS[name][0]} {shlex.join(ROWS[name][1])}`"
-                     + ("" if ROWS[name][2] else " (its fixed budget, untimed)")
-                     for name in results["runs"] if name in ROWS)
-    text = f"""# Results
-
-Generated by `python scripts/compare.py {shlex.join(argv)}`; do not edit by hand.
-
-- commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}
-- machine: {machine()}
-- task {args.task}; every RL run starts from one SFT checkpoint and has {args.time_limit}
-  minutes of wall clock, except [CR]'s TOPR rows, which run their fixed budget (1,000 completions,
-  2 epochs) to the end ({args.jobs} runs side by side, {args.threads} torch thread(s) each, engine
-  {args.engine}); seeds {args.seeds}; mean ± sd over seeds (the sft row: over evaluation seeds)
-- held-out: {args.eval_size} problems of each size ({', '.join(map(str, sizes))}), the same for
-  every row. Greedy: one completion. T=1: {k} samples at temperature 1. [CR] decoding: {k}
-  samples at T = 0.15, top-p 0.9, top-k 30, the course report's evaluation. Reward: "original"
-  ([CR] §3.3).
-
-## Accuracy (%) and mean reward
-
-{main_table(results, sizes)}
-![learning curves]({os.path.basename(plot_path(args))})
-
-## The course report's own figures
+    return f"""## The course report's own figures
 
 [CR] Tables 1 and 2 report the mean reward of Qwen2.5-0.5B-Instruct under its decoding; hold them
 beside the "[CR] decoding reward" column above (our model is a 1M-parameter character-level model,
@@ -307,14 +300,53 @@ so levels differ; the order of rows is what can agree).
 {chr(10).join(report)}
 
 {ordering_note(results, first)}
-## More metrics (T = 1, size {first})
+"""
+
+
+def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str:
+    first, k = sizes[0], args.eval_k
+    extra = table(results, [(f"{first}: pass@{k}", f"eval{first}/pass@{k}", 100),
+                            (f"{first}: format", f"eval{first}/sampled/format_rate", 100),
+                            (f"{first}: length", f"eval{first}/sampled/length", 1)]
+                  + [(f"{first}: reward {v}", f"eval{first}/sampled/reward_{v}", 1)
+                     for v in results["variants"]])
+    rows = "\n".join(f"- {name}: `python {ROWS[name][0]} {shlex.join(ROWS[name][1])}`"
+                     + ("" if ROWS[name][2] else " (its fixed budget, untimed)")
+                     for name in results["runs"] if name in ROWS)
+    if args.task == REPORT_TASK:
+        budget = ("except [CR]'s TOPR rows, which run their fixed budget (1,000 completions,\n  2 "
+                  "epochs) to the end")
+        decoding = ("[CR] decoding: {k} samples at T = 0.15, top-p 0.9, top-k 30, the course "
+                    "report's\n  evaluation. Reward: \"original\" ([CR] §3.3).").format(k=k)
+    else:
+        budget = "every row its script's defaults"
+        decoding = f"Reward: \"{results['variants'][0]}\" (the task's default)."
+    text = f"""# Results{"" if args.task == REPORT_TASK else f": {args.task}"}
+
+Generated by `python scripts/compare.py {shlex.join(argv)}`; do not edit by hand.
+
+- commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}
+- machine: {machine()}
+- task {args.task}; every RL run starts from one SFT checkpoint and has {args.time_limit}
+  minutes of wall clock, {budget} ({args.jobs} runs side by side, {args.threads} torch
+  thread(s) each, engine {args.engine}); seeds {args.seeds}; mean ± sd over seeds (the sft row:
+  over evaluation seeds)
+- held-out: {args.eval_size} problems of each size ({', '.join(map(str, sizes))}), the same for
+  every row. Greedy: one completion. T=1: {k} samples at temperature 1. {decoding}
+
+## Accuracy (%) and mean reward
+
+{main_table(results, sizes)}
+![learning curves]({os.path.basename(plot_path(args))})
+
+{report_section(results, first)}## More metrics (T = 1, size {first})
 
 {extra}
 ## Commands of the rows
 
 {rows}
 """
-    notes = os.path.join(os.path.dirname(args.results), "RESULTS-notes.md")
+    notes = os.path.splitext(args.results)[0] + "-notes.md"
     if os.path.exists(notes):
         with open(notes) as f:
             text += "\n" + f.read()
@@ -375,7 +407,11 @@ def check_args(args, parser):
     """Every bad input as one line and exit status 2, before anything runs."""
     try:
         task = get_task(args.task)
-        rows = row_list(args.rows, ROWS)
+        main_task = args.task == REPORT_TASK
+        rows = row_list(args.rows, ROWS) if args.rows else [
+            r for r in ROWS if main_task or r not in REPORT_ROWS]
+        if not main_task and set(rows) & set(REPORT_ROWS):
+            raise ValueError(f"--rows: the course report's rows run on {REPORT_TASK} only")
         seeds = int_list(args.seeds, "--seeds")
         sizes = int_list(args.sizes, "--sizes") if args.sizes else list(task.SIZES)
         if args.sft is not None and not os.path.isdir(args.sft):
@@ -455,7 +491,7 @@ def main(argv=None):
     with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
         evals = list(pool.map(cached_eval, *zip(*[(path, model, args.task, eval_sets, args, s)
                                                   for _, _, _, path, model, s in todo])))
-    results = {"variants": list(task.REWARD_VARIANTS), "runs": {}}
+    results = {"task": args.task, "variants": list(task.REWARD_VARIANTS), "runs": {}}
     for (name, run_dir, usage, *_), metrics in zip(todo, evals):
         results["runs"].setdefault(name, []).append({"dir": run_dir, "usage": usage,
                                                      "eval": metrics})

@@ -20,23 +20,23 @@ def _fake_run(tmp_path, name, accs):
     return str(run_dir)
 
 
-def _eval(acc):
+def _eval(acc, variants=("original", "A", "B")):
     m = {}
     for n in (3, 4):
         for mode in ("greedy", "sampled", "report-sampled"):
             m[f"eval{n}/{mode}/accuracy"] = acc
-            m.update({f"eval{n}/{mode}/reward_{v}": acc for v in ("original", "A", "B")})
+            m.update({f"eval{n}/{mode}/reward_{v}": acc for v in variants})
         m.update({f"eval{n}/sampled/format_rate": 1.0, f"eval{n}/pass@8": 0.5,
                   f"eval{n}/sampled/length": 20.0})
     return m
 
 
-def _results(tmp_path):
+def _results(tmp_path, task="countdown", variants=("original", "A", "B")):
     usage = {"wall_s": 100.0, "peak_rss_mb": 900.0}
-    return {"variants": ["original", "A", "B"], "runs": {
-        "sft": [{"dir": None, "usage": usage, "eval": _eval(0.3)}] * 2,
+    return {"task": task, "variants": list(variants), "runs": {
+        "sft": [{"dir": None, "usage": usage, "eval": _eval(0.3, variants)}] * 2,
         "rloo": [{"dir": _fake_run(tmp_path, f"rloo-s{s}", [0.3, acc]), "usage": usage,
-                  "eval": _eval(acc)} for s, acc in enumerate([0.4, 0.5])]}}
+                  "eval": _eval(acc, variants)} for s, acc in enumerate([0.4, 0.5])]}}
 
 
 def test_table_reports_mean_and_spread_over_seeds_and_plot_is_written(tmp_path):
@@ -66,6 +66,25 @@ def test_results_file_names_its_command_commit_and_machine_and_fills_readme_bloc
     new = readme.read_text()
     assert "old table 99.9" not in new and "45.0 ± 7.1" in new
     assert new.startswith("intro\n") and new.endswith("end\n")
+
+
+def test_another_task_gets_its_own_files_and_reward_and_none_of_the_reports_rows(tmp_path,
+                                                                                  capsys):
+    """On coins: the report's rows, decoding and figures (Countdown's) are left out, the table shows
+    the task's default reward at T = 1, and the files default to RESULTS-coins.md, no README."""
+    args = compare.parse_args(["--task", "coins"])[1]
+    assert (args.out, args.results, args.readme) == ("runs/compare-coins",
+                                                     "docs/RESULTS-coins.md", "")
+    args = compare.parse_args(["--task", "coins", "--results", str(tmp_path / "R.md")])[1]
+    results = _results(tmp_path, "coins", ("graded", "binary"))
+    table = compare.main_table(results, [3, 4])
+    assert "3: T=1 reward graded" in table.splitlines()[0] and "[CR]" not in table
+    text = compare.write_results(results, args, [3, 4], ["--task", "coins"])
+    assert "# Results: coins" in text and "[CR]" not in text and "report" not in text
+    with pytest.raises(SystemExit) as e:
+        compare.main(["--task", "coins", "--rows", "rloo,topr (report: A)",
+                      "--out", str(tmp_path / "c")])
+    assert e.value.code == 2 and "countdown only" in capsys.readouterr().err
 
 
 def test_ordering_note_says_where_our_order_differs_from_the_reports(tmp_path):
