@@ -427,8 +427,9 @@ def parse_args(argv=None):
     add("--max-steps", type=common.positive_int, default=100, help="optimizer steps")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop training MIN minutes after the start (then evaluate and save as at the end)")
-    add("--prompts", type=common.positive_int, default=16,
-        help="prompts a step, over all processes (offline: rows of --data)")
+    add("--prompts", type=common.positive_int, default=64,
+        help="prompts a step, over all processes (offline: rows of --data); 64 x 4 is rloo.py's "
+        "batch, so that the two compare step for step")
     add("--num-generations", type=int, default=4, help="completions a prompt (TRL's G, >= 2)")
     add("--lr", type=common.positive_float, default=6e-5, help="AdamW lr, the scripts' default")
     add("--warmup", type=common.nonnegative_int, default=10, help="linear warm-up steps")
