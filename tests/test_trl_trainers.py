@@ -382,8 +382,9 @@ def test_two_processes_make_the_update_of_one_process_on_the_combined_batch(tmp_
 # -------------------------------------------------------------------------------------------------
 # algo -> (trainer, config, reward, margin, settings that differ from the base below). AGRO with the
 # off-policy weights (Eq. 4) on fresh samples: under Eqs. 5-6 a group with one success out of 8
-# gives it a weight <= 0 at beta <= 0.5, so from this weak model (5% accuracy) neither AGROTrainer
-# nor agro.py --mode onpolicy learned (0.132 -> 0.099 and -> 0.119). SPO at T = 0.5 (at T = 1 it
+# gives it a weight <= 0 at beta <= 0.5 (docs/DERIVATIONS.md: the on-policy threshold), so from
+# this weak model (5% accuracy) neither AGROTrainer nor agro.py --mode onpolicy learned (0.132 ->
+# 0.099 and -> 0.119). SPO at T = 0.5 (at T = 1 it
 # rose by 0.02 only), with its paper's beta and the smaller margin it showed.
 LEARNING = {
     "topr": (tt.TOPRTrainer, tt.TOPRConfig, "pm1", 0.06, {}),
