@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -179,6 +180,8 @@ def read_json(path: str) -> dict:
 # -------------------------------------------------------------------------------------------------
 def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
     values = [v * scale for v in values]
+    if any(math.isnan(v) for v in values):  # not measured (the sft row's usage under --sft)
+        return "-"
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"

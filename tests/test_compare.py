@@ -45,6 +45,9 @@ def test_table_reports_mean_and_spread_over_seeds_and_plot_is_written(tmp_path):
     rloo_row = [line for line in text.splitlines() if line.startswith("| rloo")][0]
     assert "45.0 ± 7.1" in rloo_row  # accuracy 40% and 50%: mean 45, sample sd 7.07
     assert "| sft | 30.0 ± 0.0" in text
+    results["runs"]["sft"] = [{**r, "usage": {"wall_s": float("nan"), "peak_rss_mb": float("nan")}}
+                              for r in results["runs"]["sft"]]  # --sft: not measured here
+    assert compare.main_table(results, [3, 4]).splitlines()[2].endswith(" | - | - |")
     assert "0.450 ± 0.071" in rloo_row  # the mean reward under the report's decoding, 3 digits
     assert compare.curve(results["runs"]["rloo"][1]["dir"], "eval3/sampled/accuracy") == (
         [0.0, 10.0], [256, 512], [0.3, 0.5])
