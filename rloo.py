@@ -61,8 +61,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="run folder (default runs/rloo-TASK-TIME)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # the algorithm
-    p.add_argument("--steps", type=common.positive_int, default=100,
-                   help="optimizer steps (one per batch); the tiny model's curve flattens by then")
+    p.add_argument("--steps", type=common.positive_int, default=250,
+                   help="optimizer steps (one per batch): about 5 minutes on 2 CPU cores, the tiny "
+                   "model still improving (docs/RESULTS.md, time to accuracy)")
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after this invocation started (then evaluate "
                         "and save as at --steps)")
