@@ -435,6 +435,9 @@ def parse_args(argv=None):
     add("--warmup", type=common.nonnegative_int, default=10, help="linear warm-up steps")
     add("--beta", type=common.positive_float, default=None,
         help="AGRO, SPO: KL strength (default the config's: agro.py's, spo.py's)")
+    add("--weights", choices=["onpolicy", "offpolicy"], default=None, help="agro, online: Eqs. "
+        "5-6's weights (the config's default, the paper's for fresh samples) or Eq. 4's, which "
+        "also learn from a weak start (docs/SCALE.md)")
     add("--max-new-tokens", type=common.positive_int, default=64)
     add("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: numbers a "
         "puzzle); default: the task's SIZES")
@@ -480,6 +483,8 @@ def load_inputs(args, parser, world: int) -> Inputs:
         if (args.data or args.q0_cache) and (args.data and args.algo == "spo"
                                              or args.q0_cache and args.algo != "spo"):
             raise common.UsageError("--data goes with topr or agro, --q0-cache with spo")
+        if args.weights and (args.algo != "agro" or args.data):
+            raise common.UsageError("--weights goes with --algo agro, sampling online")
         per_step = args.prompts * (1 if args.data and args.algo == "topr" else
                                    args.num_generations)
         if per_step % world:
@@ -548,7 +553,8 @@ def make_trainer(args, inp: Inputs, world: int, out: str):
                         num_generations=args.num_generations,
                         max_completion_length=args.max_new_tokens, temperature=1.0,
                         disable_dropout=True, use_vllm=args.use_vllm, vllm_mode="colocate",
-                        **({"beta": args.beta} if args.beta else {}), **shared)
+                        **({"beta": args.beta} if args.beta else {}),
+                        **({"weights": args.weights} if args.weights else {}), **shared)
     return cls(model=inp.model_path, args=config, train_dataset=data,
                reward_funcs=task_reward(inp.task, reward or inp.task.REWARD_VARIANTS[0]),
                processing_class=inp.tokenizer)

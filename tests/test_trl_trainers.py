@@ -427,6 +427,8 @@ def test_short_run_raises_the_reward(weak_sft, tmp_path, algo):
     (["--algo", "topr", "--sizes", "3,x"], "--sizes: expected comma-separated integers"),
     (["--algo", "topr", "--model", "no/such/folder/here"], "no/such/folder/here"),
     (["--algo", "topr", "--resume"], "--resume needs the --output-dir"),
+    (["--algo", "topr", "--weights", "offpolicy"], "--weights goes with --algo agro"),
+    (["--algo", "agro", "--weights", "eq4"], "--weights: invalid choice"),
 ])
 def test_command_line_bad_input_is_one_line_and_status_2(args, message, tiny_path, capsys):
     model = [] if "--model" in args else ["--model", tiny_path]
@@ -434,3 +436,14 @@ def test_command_line_bad_input_is_one_line_and_status_2(args, message, tiny_pat
         tt.main(args + model)
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and message in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_command_line_weights_reach_the_agro_trainer(tiny_path, tmp_path):
+    """--weights offpolicy gives AGROTrainer Eq. 4's weights; without it, the config's on-policy
+    ones."""
+    for flag, weights in ([], "onpolicy"), (["--weights", "offpolicy"], "offpolicy"):
+        parser, args = tt.parse_args(["--algo", "agro", "--model", tiny_path, "--eval-size", "0",
+                                      "--train-size", "8", "--prompts", "2",
+                                      "--output-dir", str(tmp_path)] + flag)
+        inp = tt.load_inputs(args, parser, 1)
+        assert tt.make_trainer(args, inp, 1, str(tmp_path)).args.weights == weights
