@@ -61,9 +61,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="run folder (default runs/rloo-TASK-TIME)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # the algorithm
-    p.add_argument("--steps", type=common.positive_int, default=250,
-                   help="optimizer steps (one per batch): about 5 minutes on 2 CPU cores, the tiny "
-                   "model still improving (docs/RESULTS.md, time to accuracy)")
+    p.add_argument("--steps", type=common.positive_int, default=400,
+                   help="optimizer steps (one per batch), the horizon of the lr decay: under 5 "
+                   "minutes on 2 CPU cores with the tiny model (docs/RESULTS.md)")
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after this invocation started (then evaluate "
                         "and save as at --steps)")
@@ -92,6 +92,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=10,
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")
+    p.add_argument("--lr-schedule", choices=["linear", "constant"], default="linear",
+                   help="after the warm-up: linear decay to 0 at --steps (TRL's default), or constant")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=8,
                    help="prompts (groups of k) per forward/backward pass: memory and speed, not "
@@ -270,8 +272,8 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
         loss_sum += loss.item()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     common.check_finite(step + 1, "too high --lr, or --beta", loss=loss_sum, grad_norm=grad_norm)
-    for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps
-        group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate(step, args)
     optimizer.step()
     model.eval()
     metrics = {"loss": loss_sum, "length": n_tokens / n_samples, "logprob_gap": logprob_gap,
@@ -279,6 +281,15 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
     if h_all:
         metrics["kl"] = torch.cat(h_all).mean().item()
     return metrics
+
+
+def learning_rate(step: int, args) -> float:
+    """The lr of optimizer step `step` (0-based): linear warm-up to --lr over --warmup steps, then
+    constant or (--lr-schedule linear) falling linearly to 0 at --steps."""
+    warm = min(1.0, (step + 1) / max(args.warmup, 1))
+    if args.lr_schedule == "constant":
+        return args.lr * warm
+    return args.lr * min(warm, (args.steps - step) / max(args.steps - args.warmup, 1))
 
 
 def batch_metrics(task, batch: Batch, args) -> dict:

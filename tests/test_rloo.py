@@ -168,7 +168,7 @@ def test_rloo_step_on_a_hand_checked_case():
     samples = [common.Sample([2], [1], "", [-2 * l], True),
                common.Sample([2], [0, 0], "", [-2 * l] * 2, True)]
     args = SimpleNamespace(k=2, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1.0,
-                           warmup=0)
+                           warmup=0, steps=1, lr_schedule="constant")
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     m = rloo.rloo_step(model, ref, optimizer, [rloo.Group({}, samples, [1.0, 0.0])], args, 3,
                        step=0)
@@ -191,7 +191,7 @@ def test_rloo_step_passes_over_groups_without_signal_yet_takes_the_whole_batchs_
         return [rloo.Group({}, a, [1.0, 0.0]), rloo.Group({}, b, [1.0, 1.0])]
 
     args = SimpleNamespace(k=2, beta=0.0, loss_norm="seq", micro_batch=1, clip=1e9, lr=1.0,
-                           warmup=0)
+                           warmup=0, steps=1, lr_schedule="constant")
     model = _Bigram(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)))
     expected = _Bigram(model.table.detach().clone())
     m = rloo.rloo_step(model, None, torch.optim.SGD(model.parameters(), lr=1.0), groups(), args,
@@ -225,6 +225,21 @@ def _problem_file(tmp_path, problems):
 RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
        "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0",
        "--no-resample-uniform"]
+
+
+def test_lr_warms_up_then_decays_linearly_to_zero_at_the_last_step():
+    """--lr-schedule linear (the default): warm-up to --lr, then a straight line to 0 at --steps, so
+    the last update is the smallest; constant keeps --lr after the warm-up."""
+    _, args = rloo.parse_args(["--steps", "110", "--warmup", "10", "--lr", "1e-4"])
+    assert args.lr_schedule == "linear"
+    lrs = [rloo.learning_rate(step, args) for step in range(args.steps)]
+    assert lrs[0] == pytest.approx(1e-5) and lrs[9] == pytest.approx(1e-4)  # warm-up
+    assert lrs[60] == pytest.approx(0.5e-4)  # half-way down the 100 steps after it
+    assert lrs[-1] == pytest.approx(1e-6) and min(lrs) == lrs[-1] > 0  # the last step, not 0
+    assert lrs[10] == lrs[9] and all(b < a for a, b in zip(lrs[10:], lrs[11:]))  # then falls
+    args.lr_schedule = "constant"
+    assert [rloo.learning_rate(s, args) for s in (0, 9, 60, 109)] == pytest.approx(
+        [1e-5, 1e-4, 1e-4, 1e-4])
 
 
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
@@ -277,7 +292,7 @@ def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, t
     h_before = (_sequence_logprobs(policy, flat, tok.pad_token_id)
                 - _sequence_logprobs(ref, flat, tok.pad_token_id))
     args = SimpleNamespace(k=4, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1e-3,
-                           warmup=0)
+                           warmup=0, steps=1, lr_schedule="constant")
     m = rloo.rloo_step(policy, ref, torch.optim.SGD(policy.parameters(), lr=1e-3), groups, args,
                        tok.pad_token_id, step=0)
     assert m["kl"] == pytest.approx(h_before.mean().item(), rel=1e-4)  # h = log pi - log pi_ref
