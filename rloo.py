@@ -93,7 +93,8 @@ def parse_args(argv=None):
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")
     p.add_argument("--lr-schedule", choices=["linear", "constant"], default="linear",
-                   help="after the warm-up: linear decay to 0 at --steps (TRL's default), or constant")
+                   help="after the warm-up: linear decay to 0 at --steps (TRL's default), or "
+                        "constant")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--micro-batch", type=common.positive_int, default=8,
                    help="prompts (groups of k) per forward/backward pass: memory and speed, not "
@@ -234,8 +235,9 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
               step: int) -> dict:
     """One RLOO update on a batch of groups (Eqs. 2-3, KL in the reward); returns its metrics.
 
-    args: k, beta, loss_norm, micro_batch, clip, lr, warmup. Stops (common.check_finite) before the
-    optimizer touches the weights if the loss or the gradient norm is not finite.
+    args: k, beta, loss_norm, micro_batch, clip, lr, warmup, lr_schedule, steps. Stops
+    (common.check_finite) before the optimizer touches the weights if the loss or the gradient
+    norm is not finite.
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -285,7 +287,8 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
 
 def learning_rate(step: int, args) -> float:
     """The lr of optimizer step `step` (0-based): linear warm-up to --lr over --warmup steps, then
-    constant or (--lr-schedule linear) falling linearly to 0 at --steps."""
+    constant, or (--lr-schedule linear) a straight line that would reach 0 at step --steps, so the
+    last step (--steps - 1) gets --lr / (--steps - --warmup). Not part of the estimator (Eq. 3)."""
     warm = min(1.0, (step + 1) / max(args.warmup, 1))
     if args.lr_schedule == "constant":
         return args.lr * warm
