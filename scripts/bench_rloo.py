@@ -2,6 +2,7 @@
 
     python scripts/bench_rloo.py --model runs/compare/sft/final
     python scripts/bench_rloo.py --model M --settings "hf;kv;kv --micro-batch 64"
+    python scripts/bench_rloo.py --model M --settings "kv;trl"    # TRL's RLOOTrainer beside it
 
 Each setting (rloo.py flags) runs --steps optimizer steps of rloo.py's own functions (draw_batch,
 rloo_step, engine.sync) from the same checkpoint and seed, in a process of its own, after one
@@ -9,6 +10,11 @@ warm-up step; settings take turns --repeats times, so that a slower moment of a 
 on all of them. Prints seconds per step and per part (generation, rewards, the trainer's forward
 pass, backward pass, optimizer, weight sync), completions generated and trained on per second
 (trained: the batch's B x k, as TRL counts), and the peak resident memory of the process.
+
+The setting `trl` is TRL's RLOOTrainer (pip install -r requirements-trl.txt) on rloo.py's defaults:
+the same checkpoint, training prompts and reward, B x k = 64 x 4 completions a step, lr 6e-5 after
+10 warm-up steps, T = 1, at most 64 new tokens, beta 0, fp32, transformers' generate (no vLLM);
+only its whole step and its generation (with scoring) are timed.
 """
 from __future__ import annotations
 
@@ -85,6 +91,47 @@ def one_setting(args) -> dict:
     return row
 
 
+def one_trl(args) -> dict:
+    """TRL's RLOOTrainer at rloo.py's default batch shape and lr; per-step figures as one_setting."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import RLOOConfig, RLOOTrainer
+    import rloo
+    import trl_trainers
+    from tasks import get_task
+    rargs = rloo.parse_args(["--model", args.model])[1]
+    common.setup(rargs.seed, args.threads)
+    task = get_task(rargs.task)
+    path = common.resolve_model_path(rargs.model, task=rargs.task)
+    model, tokenizer = common.load_model(path)
+    problems = [p for n in task.SIZES
+                for p in task.get_problems("train", rargs.train_size, size=n, seed=rargs.seed)]
+    rows = trl_trainers.task_rows(task, problems, tokenizer, common.prompt_style(model, tokenizer))
+    clock, ends = Clock(), []  # (time, generation seconds so far) at the end of every step
+
+    class StepEnds(TrainerCallback):
+        def on_step_end(self, *a, **kw):
+            ends.append((time.perf_counter(), clock.parts["generate"]))
+    config = RLOOConfig(
+        output_dir=os.path.join(args.tmp, "trl"), max_steps=args.steps + 1,
+        per_device_train_batch_size=rargs.prompts * rargs.k, num_generations=rargs.k,
+        max_completion_length=rargs.max_new_tokens, temperature=1.0, learning_rate=rargs.lr,
+        warmup_steps=rargs.warmup, lr_scheduler_type="constant_with_warmup", max_grad_norm=1.0,
+        weight_decay=0.0, beta=0.0, seed=rargs.seed, use_cpu=True, report_to=[],
+        logging_steps=1, save_strategy="no", disable_dropout=True)
+    trainer = RLOOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
+                          reward_funcs=trl_trainers.task_reward(task, task.REWARD_VARIANTS[0]),
+                          processing_class=tokenizer, callbacks=[StepEnds()])
+    trainer._generate_and_score_completions = clock.wrap(
+        "generate", trainer._generate_and_score_completions)
+    trainer.train()
+    (t0, g0), (t1, g1), n = ends[0], ends[-1], len(ends) - 1  # the steps after the warm-up one
+    batch = rargs.prompts * rargs.k
+    return {"step": (t1 - t0) / n, "generate": (g1 - g0) / n,
+            "generated": batch, "trained": batch, "only": ["generate"],
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 PARTS = ["generate", "rewards", "forward", "backward", "optimizer", "sync"]
 
 
@@ -101,7 +148,7 @@ def main():
     p.add_argument("--tmp", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.setting is not None:
-        print(json.dumps(one_setting(args)))
+        print(json.dumps(one_trl(args) if args.setting == "trl" else one_setting(args)))
         return
     settings = [s.strip() for s in args.settings.split(";")]
     best = {}
@@ -117,12 +164,13 @@ def main():
             row = json.loads(out.stdout.strip().splitlines()[-1])
             if s not in best or row["step"] < best[s]["step"]:
                 best[s] = row
-    print(f"rloo.py steps from {args.model}, {args.threads} thread(s), mean of {args.steps} steps "
+    print(f"Steps from {args.model}, {args.threads} thread(s), mean of {args.steps} steps "
           f"after one warm-up, best of {args.repeats} turns; seconds per step:")
     head = ["setting", "step"] + PARTS + ["generated/s", "trained/s", "peak MB"]
     print("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
     for s, r in best.items():
-        cells = [f"{r['step']:.2f}"] + [f"{r.get(k, 0.0):.3f}" for k in PARTS]
+        cells = [f"{r['step']:.2f}"] + [f"{r.get(k, 0.0):.3f}" if k in r.get("only", PARTS)
+                                         else "-" for k in PARTS]
         cells += [f"{r['generated'] / r['step']:.0f}", f"{r['trained'] / r['step']:.0f}",
                   f"{r['peak_mb']:.0f}"]
         print(f"| `{s or '(defaults)'}` | " + " | ".join(cells) + " |")
