@@ -468,32 +468,53 @@ class _KVCache:
     buffer whole. A whole buffer is one contiguous tensor, which attention's batched products read
     2-3x faster on a CPU than the filled part as a strided slice; the columns not yet written are
     zeros, and the engine's mask gives them no weight. HF's DynamicCache concatenates every
-    layer's whole cache at every token instead."""
+    layer's whole cache at every token instead.
 
-    def __init__(self, chunk: int = 16):
+    A grown or thinned buffer is laid on memory kept in `arena` (two flat tensors a buffer, taken
+    in turns), not freshly allocated: first writes to fresh memory (page faults) took ~7% of a
+    decode on a CPU, and an engine passes the same arena to every batch."""
+
+    def __init__(self, chunk: int = 16, arena: dict | None = None):
         self.chunk, self.start, self.k, self.v = chunk, 0, {}, {}
+        self.arena = {} if arena is None else arena  # (name, layer, turn) -> flat tensor
+        self.turn = {}  # (name, layer) -> the arena tensor the buffer lies on now
 
     def width(self, end: int) -> int:
         """Columns of the buffers once columns 0..end-1 are written."""
         return -(-end // self.chunk) * self.chunk
 
+    def _empty(self, key: tuple, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised contiguous tensor of `shape` on the arena tensor that `key`'s buffer
+        does not lie on."""
+        turn = self.turn[key] = 1 - self.turn.get(key, 1)
+        n = math.prod(shape)
+        flat = self.arena.get((*key, turn))
+        if flat is None or flat.numel() < n or flat.dtype != like.dtype:
+            flat = self.arena[(*key, turn)] = like.new_empty(n)
+        return flat[:n].view(shape)
+
     def update(self, k, v, layer_idx, *args, **kwargs):  # k, v: [b, heads, t, head_dim]
         end = self.start + k.shape[2]
-        for buffers, new in ((self.k, k), (self.v, v)):
+        for name, buffers, new in (("k", self.k, k), ("v", self.v, v)):
             old = buffers.get(layer_idx)
-            if old is None or old.shape[2] < end:  # grow: a new zeroed buffer, the old copied in
+            if old is None or old.shape[2] < end:  # grow: the old columns copied, the rest zeros
                 b, heads, _, dim = new.shape
-                buffers[layer_idx] = new.new_zeros(b, heads, self.width(end), dim)
+                grown = self._empty((name, layer_idx), (b, heads, self.width(end), dim), new)
                 if old is not None:
-                    buffers[layer_idx][:, :, :self.start] = old[:, :, :self.start]
+                    grown[:, :, :self.start] = old[:, :, :self.start]
+                grown[:, :, self.start:].zero_()
+                buffers[layer_idx] = grown
             buffers[layer_idx][:, :, self.start:end] = new
         return self.k[layer_idx], self.v[layer_idx]
 
     def keep(self, rows: torch.Tensor) -> None:
-        """Keep only these batch rows (the others have finished)."""
-        for d in (self.k, self.v):
-            for i in d:
-                d[i] = d[i][rows]
+        """Keep only these batch rows (indices, or a boolean mask): the others have finished."""
+        if rows.dtype == torch.bool:
+            rows = rows.nonzero().squeeze(1)
+        for name, buffers in (("k", self.k), ("v", self.v)):
+            for i, old in buffers.items():
+                kept = self._empty((name, i), (len(rows), *old.shape[1:]), old)
+                buffers[i] = torch.index_select(old, 0, rows, out=kept)
 
 
 class KVEngine(HFEngine):
@@ -520,6 +541,10 @@ class KVEngine(HFEngine):
     # model fastest, 256 rows 30% slower). Samples equal HF generate's under a seed only at the same
     # batch size: each batch is one multinomial draw a token.
     cache_bytes, max_rows = 2**30, 1024
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.arena = {}  # the cache's memory, kept from batch to batch (_KVCache)
 
     def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
         c = self.model.config
@@ -548,7 +573,7 @@ class KVEngine(HFEngine):
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (P - len(prompts[i])) + prompts[i] for i in first],
                            device=device)  # [u, P]
-        cache = _KVCache()
+        cache = _KVCache(arena=self.arena)
         columns = torch.arange(cache.width(P + T), device=device)
         real = torch.ones(B, len(columns), dtype=torch.bool, device=device)  # not padding
         real[:, :P] = (ids != pad)[owner]

@@ -278,6 +278,25 @@ def test_kv_engine_draws_the_samples_hf_generate_draws_under_the_same_seed(weak_
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
+def test_kv_engine_keeps_its_cache_memory_and_nothing_left_in_it_reaches_a_sample(weak_model):
+    """The arena keeps the cache's memory from call to call (no new allocation for a batch no
+    larger than the last); whatever an earlier batch left there, NaN even, changes no sample: a
+    reused engine draws what HF generate draws."""
+    model, tok, prompts = weak_model
+    engine = common.KVEngine(model, tok)
+    engine.generate(prompts, common.SamplingConfig(4, 40, 1.0, seed=1))  # fills the arena
+    for flat in engine.arena.values():
+        flat.fill_(float("nan"))
+    memory = {key: flat.data_ptr() for key, flat in engine.arena.items()}
+    sc, fewer = common.SamplingConfig(2, 30, 1.0, seed=9), prompts[::3]
+    reused = [s for g in engine.generate(fewer, sc) for s in g]
+    hf = [s for g in common.HFEngine(model, tok).generate(fewer, sc) for s in g]
+    assert [(s.ids, s.finished) for s in reused] == [(s.ids, s.finished) for s in hf]
+    for a, b in zip(reused, hf):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert {key: flat.data_ptr() for key, flat in engine.arena.items()} == memory
+
+
 def test_kv_engine_log_probs_are_the_trainers_and_it_leaves_the_model_as_it_was(weak_model):
     model, tok, prompts = weak_model
     attention = model.config._attn_implementation
