@@ -489,7 +489,9 @@ class _KVCache:
         turn = self.turn[key] = 1 - self.turn.get(key, 1)
         n = math.prod(shape)
         flat = self.arena.get((*key, turn))
-        if flat is None or flat.numel() < n or flat.dtype != like.dtype:
+        fits = flat is not None and flat.numel() >= n and (flat.dtype, flat.device) == (
+            like.dtype, like.device)
+        if not fits:
             flat = self.arena[(*key, turn)] = like.new_empty(n)
         return flat[:n].view(shape)
 
@@ -527,7 +529,8 @@ class KVEngine(HFEngine):
     (scripts/bench_generation.py measures):
     - each distinct prompt is read once, and its cache copied to its n samples;
     - the cache is written in place (_KVCache), not concatenated anew at every token, into
-      buffers that attention reads whole (contiguous), the unwritten columns masked;
+      buffers that attention reads whole (contiguous), the unwritten columns masked, on memory
+      the engine keeps from batch to batch (its arena: up to twice the largest batch's cache);
     - finished rows leave the batch once they are a quarter of it, instead of decoding to the end;
     - attention is matmul-softmax-matmul ("eager"): with one query token, torch's fused CPU
       kernel (SDPA) took 1.5-2.4x longer at batch 256-512;
