@@ -325,7 +325,7 @@ def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str
     else:
         budget = "every row its script's defaults"
         decoding = f"Reward: \"{results['variants'][0]}\" (the task's default)."
-    facts = [f"commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}",
+    facts = [f"commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}{runs_commit(args)}",
              f"machine: {machine()}",
              f"task {args.task}; every RL run starts from one SFT checkpoint and has "
              f"{args.time_limit} minutes of wall clock, {budget} ({args.jobs} runs side by side, "
@@ -449,10 +449,20 @@ def check_out_folder(args) -> None:
         if other:
             raise ValueError(f"--out {args.out} holds runs made with other settings: "
                              f"{', '.join(other)}; choose another --out")
+        mine["commit"] = theirs.get("commit", "unknown")  # the code its first runs were made with
     elif os.path.isdir(args.out) and os.listdir(args.out):
         raise ValueError(f"--out {args.out} exists and is not a comparison's folder")
+    else:
+        mine["commit"] = commit()
     os.makedirs(args.out, exist_ok=True)
     common.write_json_atomic(path, mine)
+
+
+def runs_commit(args) -> str:
+    """The commit --out's first runs were made at (settings.json), if not the one writing now."""
+    path = os.path.join(args.out or "", "settings.json")
+    made = read_json(path).get("commit") if os.path.exists(path) else None
+    return f"; runs made at commit {made}" if made and made != commit() else ""
 
 
 def main(argv=None):

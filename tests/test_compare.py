@@ -130,6 +130,17 @@ def test_out_folder_made_with_other_settings_is_not_reused(tmp_path, capsys):
         compare.check_out_folder(compare.parse_args(["--out", str(tmp_path / "d")])[1])
 
 
+def test_results_name_the_commit_that_kept_runs_were_made_at(tmp_path, monkeypatch):
+    args = compare.parse_args(["--out", str(tmp_path / "c")])[1]
+    monkeypatch.setattr(compare, "commit", lambda: "aaaaaaa")
+    compare.check_out_folder(args)  # a new folder: the runs are made now
+    assert compare.runs_commit(args) == ""
+    monkeypatch.setattr(compare, "commit", lambda: "bbbbbbb")
+    compare.check_out_folder(args)  # reused by later code: the runs' commit is kept
+    assert compare.read_json(str(tmp_path / "c" / "settings.json"))["commit"] == "aaaaaaa"
+    assert compare.runs_commit(args) == "; runs made at commit aaaaaaa"
+
+
 def test_a_corrupt_evaluation_file_is_named_in_one_line(tmp_path):
     bad = tmp_path / "eval.json"
     bad.write_text('{"eval3/greedy/accuracy": 0.')
