@@ -92,7 +92,7 @@ def one_setting(args) -> dict:
 
 
 def one_trl(args) -> dict:
-    """TRL's RLOOTrainer at rloo.py's default batch shape and lr; per-step figures as one_setting."""
+    """TRL's RLOOTrainer at rloo.py's default batch shape and lr; figures as one_setting's."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
