@@ -684,7 +684,7 @@ def evaluate(args, inp: Inputs, engine) -> dict:
 
 
 def main(argv=None):
-    started = time.time()
+    started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     task, sizes, eval_sizes = check_args(args, parser)
@@ -723,7 +723,7 @@ def main(argv=None):
             engine.sync(model)  # the next on-policy groups come from exactly these weights
             step += 1
             row.update(time_generate=t_gen, time_step=time.perf_counter() - t0)
-            last = step == args.steps or time.time() >= deadline
+            last = step == args.steps or time.monotonic() >= deadline
             if step % args.eval_every == 0 or last:
                 row.update(evaluate(args, inp, engine))
                 tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in row

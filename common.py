@@ -989,7 +989,7 @@ class Snapshots:
         self.due, self.started, self.dir = list(minutes or []), started, run_dir
 
     def take(self, model, tokenizer, step: int, final: bool = False) -> None:
-        elapsed = (time.time() - self.started) / 60
+        elapsed = (time.monotonic() - self.started) / 60
         while self.due and (elapsed >= self.due[0] or final):
             path = os.path.join(self.dir, "snapshots", f"{self.due.pop(0):g}min")
             save_checkpoint(path, model, tokenizer)

@@ -437,7 +437,7 @@ def shown(row: dict) -> str:
 # The algorithm
 # -------------------------------------------------------------------------------------------------
 def main(argv=None):
-    started = time.time()
+    started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
@@ -478,7 +478,7 @@ def main(argv=None):
             step += 1
             row.update(batch_metrics(inputs.task, batch, args), time_generate=t_gen,
                        time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
-            last = step == args.steps or time.time() >= deadline
+            last = step == args.steps or time.monotonic() >= deadline
             if step % args.eval_every == 0 or last:
                 row.update(evaluate(engine, inputs, args))
                 tqdm.write(f"step {step}: {shown(row)}")

@@ -620,7 +620,7 @@ def q0_hat(engine, ref_model, inputs: Inputs, data: Data, run, args, stop) -> to
 # The loop
 # ------------------------------------------------------------------------------------------------
 def main(argv=None):
-    started = time.time()
+    started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
@@ -672,7 +672,7 @@ def main(argv=None):
             step += 1
             row.update(temperature=temperature, sampler_age=(step - 1) % args.model_update_interval,
                        time_generate=t_gen, time_step=time.perf_counter() - t0)
-            last = step == args.steps or time.time() >= deadline
+            last = step == args.steps or time.monotonic() >= deadline
             if step % args.eval_every == 0 or last:
                 row.update(evaluate(engine, model, sampler, task, data.eval_sets, args))
                 tqdm.write(f"step {step}: " + printable(row))

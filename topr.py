@@ -626,7 +626,7 @@ def save(inp: Inputs, optimizer, at: Position) -> None:
 
 
 def main(argv=None):
-    started = time.time()
+    started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     task = check_args(args, parser)
@@ -669,7 +669,7 @@ def main(argv=None):
                            negative_share=epoch.negative_share,
                            time_step=time.perf_counter() - t0)
             done, at = at, at.after_step(len(epoch.batches), args.epochs)
-            out_of_time = time.time() >= deadline
+            out_of_time = time.monotonic() >= deadline
             if (args.eval_every and at.step % args.eval_every == 0) or out_of_time \
                     or at.iteration != done.iteration:
                 metrics.update(evaluate(engine, inp, args, at.step))

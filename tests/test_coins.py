@@ -268,10 +268,10 @@ def test_rl_script_runs_on_coins(script, tiny_path, tmp_path):
     run ends first) its final weights."""
     main = __import__(script).main
     out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run"),
-                                          "--snapshots", "999,0.001"])
+                                          "--snapshots", "999,1e-6"])
     rows = _metrics(out)
     snapshots = [json.load(open(os.path.join(out, "snapshots", m, "snapshot.json")))
-                 for m in ("0.001min", "999min")]
+                 for m in ("1e-06min", "999min")]
     assert [s["step"] for s in snapshots] == [0, rows[-1]["step"]] and rows[-1]["step"] > 0
     assert rows and all("eval3/sampled/accuracy" in r for r in rows if "eval3/greedy/accuracy" in r)
     assert any("eval3/greedy/accuracy" in r for r in rows)

@@ -351,7 +351,7 @@ def test_snapshots_hold_the_weights_at_their_minute_and_the_final_ones_after_the
         tiny, tmp_path, monkeypatch):
     model, tok = tiny
     now = [1000.0]
-    monkeypatch.setattr(common.time, "time", lambda: now[0])
+    monkeypatch.setattr(common.time, "monotonic", lambda: now[0])
     snaps = common.Snapshots(common.minutes_list("5,1,2"), started=1000.0, run_dir=str(tmp_path))
     for step, minute in enumerate([0.0, 0.5, 1.2, 1.4, 3.0]):
         now[0] = 1000.0 + 60 * minute
