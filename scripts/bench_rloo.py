@@ -1,8 +1,8 @@
 """Where the time of an rloo.py step goes, and its throughput, for several settings in one run.
 
     python scripts/bench_rloo.py --model runs/compare/sft/final
-    python scripts/bench_rloo.py --model M --settings "hf;kv;kv --micro-batch 64"
-    python scripts/bench_rloo.py --model M --settings "kv;trl"    # TRL's RLOOTrainer beside it
+    python scripts/bench_rloo.py --model M --settings "--engine kv;--engine kv --micro-batch 64"
+    python scripts/bench_rloo.py --model M --settings "--engine kv;trl"   # TRL's RLOOTrainer too
 
 Each setting (rloo.py flags) runs --steps optimizer steps of rloo.py's own functions (draw_batch,
 rloo_step, engine.sync) from the same checkpoint and seed, in a process of its own, after one

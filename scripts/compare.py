@@ -460,7 +460,7 @@ def check_out_folder(args) -> None:
 
 def runs_commit(args) -> str:
     """The commit --out's first runs were made at (settings.json), if not the one writing now."""
-    path = os.path.join(args.out or "", "settings.json")
+    path = os.path.join(args.out, "settings.json")
     made = read_json(path).get("commit") if os.path.exists(path) else None
     return f"; runs made at commit {made}" if made and made != commit() else ""
 
