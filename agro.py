@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import sys
 import time
 from dataclasses import dataclass
@@ -78,12 +77,6 @@ from tasks import get_task
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="sft",
-                   help="`sft` (the newest sft.py run of --task), a folder or a hub id")
-    p.add_argument("--out", default=None, help="run folder (default runs/agro-TASK-TIME)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    # the algorithm
     p.add_argument("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
                    help="default data source: offline groups (Eq. 4) or fresh groups from the "
                         "policy (Eqs. 5-6)")
@@ -91,11 +84,11 @@ def parse_args(argv=None):
                    help="agro, or the KL-regularised policy gradient it is compared with: "
                         "per-token KL on offline groups (§8.2), sequence KL in a detached reward "
                         "(RLOO) on on-policy groups (§8.1)")
-    p.add_argument("--beta", type=common.finite_float, default=None,
-                   help="KL coefficient, per SEQUENCE. Default: 0.5 when a batch holds on-policy "
-                        "groups (above the on-policy threshold for most prompts, module "
-                        "docstring), else 0.3 (learned most off-policy, docs/RESULTS.md)")
-    p.add_argument("--lambda-lr", type=common.finite_float, default=1.0,
+    p.add_argument("--beta", type=common.nonnegative_float, default=None,
+                   help="KL coefficient, per SEQUENCE: 0.5 when a batch holds on-policy groups "
+                        "(above the on-policy threshold for most prompts, module docstring), else "
+                        "0.3 (learned most off-policy, docs/RESULTS.md)")
+    p.add_argument("--lambda-lr", type=common.nonnegative_float, default=1.0,
                    help="on-policy groups: weight of the likelihood-ratio term g_LR (1 = the "
                         "paper, 0 = RLOO with the KL in the reward)")
     p.add_argument("--lr-baseline", choices=["var", "none", "paper"], default="var",
@@ -104,9 +97,9 @@ def parse_args(argv=None):
                         "mean of the others' squared LOO residuals (centred, y_i-dependent, "
                         "slightly biased)")
     p.add_argument("--online-fraction", type=common.fraction, default=None,
-                   help="share of each batch's groups sampled from the current policy (default: "
-                        "1 with --mode onpolicy, 0 with --mode offpolicy)")
-    p.add_argument("--offline-data", default=None, metavar="FILE",
+                   help="share of each batch's groups sampled from the current policy: 1 with "
+                        "--mode onpolicy, 0 with --mode offpolicy")
+    p.add_argument("--offline-data", type=common.existing_file, default=None, metavar="FILE",
                    help="JSONL of offline groups (task fields + 'completions'); default: sample "
                         "the reference")
     p.add_argument("--offline-prompts", type=common.positive_int, default=2048,
@@ -114,12 +107,6 @@ def parse_args(argv=None):
                         "training")
     p.add_argument("--steps", type=common.positive_int, default=150,
                    help="optimizer steps (one per batch)")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start of this invocation, drawing the "
-                        "reference samples included (then evaluate and save as at --steps)")
-    p.add_argument("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
-                   help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
-                        "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     p.add_argument("--n", type=int, default=8, help="completions per prompt (n >= 2)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
@@ -129,36 +116,14 @@ def parse_args(argv=None):
                    help="reward variant trained on (Countdown: original, A, B); "
                         "default: the task's first")
     p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
-    p.add_argument("--warmup", type=int, default=10,
+    p.add_argument("--warmup", type=common.nonnegative_int, default=10,
                    help="steps of linear lr warm-up (Adam's first updates are ~lr*sign(g) for "
                         "every weight)")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--micro-batch", type=common.positive_int, default=8,
-                   help="prompts (groups of n) per forward/backward pass: memory only, same "
-                        "gradient")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--sizes", default=None,
-                   help="difficulty levels to train on, comma-separated (Countdown: numbers a "
-                        "puzzle); default: the task's easiest size, since prompts solved less "
-                        "often than the on-policy threshold p > 1/2 - beta/|a-b| unlearn")
-    p.add_argument("--eval-sizes", default=None,
-                   help="held-out difficulty levels, comma-separated; default: the task's SIZES")
-    p.add_argument("--problems", default=None,
-                   help="training problems from a JSONL file or the hub instead of the generator")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="training problems per size")
-    # evaluation
-    p.add_argument("--eval-every", type=common.positive_int, default=25)
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8,
-                   help="samples a problem at temperature 1")
-    p.add_argument("--save-every", type=common.positive_int, default=50)
-    # system
-    p.add_argument("--engine", default="auto", choices=common.ENGINES,
-                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    common.add_run_flags(p, eval_every=25, save_every=50, micro_batch=8,
+                         micro_help="prompts (groups of n) per forward/backward pass: memory "
+                                    "only, same gradient",
+                         sizes_help="the task's easiest size, since prompts solved less often "
+                                    "than the on-policy threshold p > 1/2 - beta/|a-b| unlearn")
     return p, p.parse_args(argv)
 
 
@@ -437,49 +402,28 @@ def offline_batch(groups, count, step, seed):
 # --------------------------------------------------------------------------------------------------
 # Inputs, checked before anything is trained
 # --------------------------------------------------------------------------------------------------
-def parse_sizes(text, flag, task) -> list[int]:
-    if text is None:  # training: the easiest size; evaluation: all of them
-        return list(task.SIZES[:1]) if flag == "--sizes" else list(task.SIZES)
-    try:
-        sizes = [int(s) for s in str(text).split(",")]
-    except ValueError:
-        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
-    if min(sizes) <= 0:
-        raise ValueError(f"{flag}: sizes must be positive, got {text!r}")
-    return sizes
-
-
 def online_groups(args) -> int:
     """On-policy groups a batch: round(f B)."""
     return round(args.online_fraction * args.prompts)
 
 
 def check_args(args, parser):
-    """Every flag checked on its own and against the others (one line, exit status 2), and the
-    defaults that depend on other flags filled in. Returns (task, sizes, eval_sizes)."""
+    """The checks that involve several flags (one line, exit status 2), and the defaults that
+    depend on other flags filled in. Returns the task."""
     if args.online_fraction is None:
         args.online_fraction = float(args.mode == "onpolicy")
     n_online = online_groups(args)
     if args.beta is None:  # on-policy groups need beta above the threshold (module docstring)
         args.beta = 0.5 if n_online > 0 else 0.3
     try:
-        for flag in ("model", "out", "resume", "problems", "offline_data"):
-            if getattr(args, flag) == "":
-                raise ValueError(f"--{flag.replace('_', '-')}: empty")
         task = get_task(args.task)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")
-        sizes = parse_sizes(args.sizes, "--sizes", task)
-        eval_sizes = parse_sizes(args.eval_sizes, "--eval-sizes", task)
+        args.sizes = args.sizes or list(task.SIZES[:1])
         if args.n < 2:
             raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
-        if args.beta < 0 or args.lambda_lr < 0:
-            raise ValueError(f"--beta and --lambda-lr must be >= 0, got {args.beta}, "
-                             f"{args.lambda_lr}")
-        if args.warmup < 0 or args.seed < 0:
-            raise ValueError(f"--warmup and --seed must be >= 0, got {args.warmup}, {args.seed}")
         if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
             raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
         if args.lr_baseline == "var" and n_online > 0 and args.n < 3:
@@ -489,7 +433,7 @@ def check_args(args, parser):
                              "--online-fraction < 1")
     except ValueError as e:
         parser.error(str(e))
-    return task, sizes, eval_sizes
+    return task
 
 
 @dataclass
@@ -510,30 +454,25 @@ class Inputs:
     n_online: int  # on-policy groups a batch
 
 
-def load_inputs(args, parser, task, sizes, eval_sizes) -> Inputs:
+def load_inputs(args, parser, task) -> Inputs:
     """Read and check every file (problems, offline data, checkpoint, models); one line, exit 2."""
-    out = args.out or common.default_out_dir("agro", args.task)
+    args.out = args.out or common.default_out_dir("agro", args.task)
     n_online, device = online_groups(args), "cuda" if torch.cuda.is_available() else "cpu"
-    samples_file = os.path.join(out, REFERENCE_SAMPLES)
+    samples_file = os.path.join(args.out, REFERENCE_SAMPLES)
     try:
-        if args.problems:
-            pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
-        else:
-            pool = [p for n in sizes
-                    for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                         for n in eval_sizes}
+        pool, eval_problems = common.task_problems(task, args)
         rows = None  # offline groups: a file, or the reference samples of the run being resumed
         if n_online < args.prompts and args.offline_data:
             rows = read_offline(args.offline_data, task, args.n)
         elif n_online < args.prompts and args.resume and os.path.exists(samples_file):
             rows = read_offline(samples_file, task, args.n)
-        ckpt = common.checkpoint_path(os.path.join(out, "checkpoint")) if args.resume else None
-        state = load_state(ckpt) if ckpt else None  # None: killed before its first checkpoint
+        # no checkpoint: killed before its first one (the reference samples may be on disk)
+        ckpt, state = common.resume_checkpoint(args, ("optimizer", "rng", "step"), required=False)
         ref_path = common.resolve_model_path(args.model, task=args.task)
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         ref_model, _ = common.load_model(ref_path, device=device)
-        run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
+        run = common.Run(args.out, {**vars(args), "model_path": ref_path},
+                         resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
     ref_model.requires_grad_(False)
@@ -546,20 +485,6 @@ def load_inputs(args, parser, task, sizes, eval_sizes) -> Inputs:
         run.truncate(state["step"] if state else -1)
     return Inputs(task, pool, pool_prompts, eval_sets, offline, model, ref_model, tokenizer,
                   ref_path, ckpt, state, run, n_online)
-
-
-def load_state(ckpt) -> dict:
-    """A checkpoint's trainer state (optimizer, RNG, step), or UsageError naming what is missing."""
-    files = os.listdir(ckpt)
-    if "config.json" not in files or not any(f.endswith((".safetensors", ".bin")) for f in files):
-        raise common.UsageError(f"checkpoint {ckpt}: incomplete (no config.json or no weights)")
-    try:
-        state = common.load_trainer_state(ckpt)
-        if not {"optimizer", "rng", "step"} <= set(state):
-            raise KeyError("optimizer, rng or step missing")
-        return state
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError) as e:
-        raise common.UsageError(f"checkpoint {ckpt}: unreadable trainer_state.pt ({e})") from None
 
 
 def reference_samples(args, inp: Inputs, engine) -> list[Group]:
@@ -669,11 +594,8 @@ def evaluate(args, inp: Inputs, engine) -> dict:
     """Held-out metrics per size (common.evaluate, seeded) and KL(pi || pi_ref) = E_{y~pi} h(y) by
     Monte Carlo on 4 samples of 64 training prompts."""
     inp.model.eval()
-    metrics = {}
-    for n, (problems, prompts) in inp.eval_sets.items():
-        metrics.update(common.evaluate(engine, inp.task, problems, prompts, k=args.eval_k,
-                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens,
-                                       reward_variant=args.reward))
+    metrics = common.evaluate_sizes(engine, inp.task, inp.eval_sets, k=args.eval_k,
+                                    max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
     idx = np.random.default_rng([args.seed, 7]).choice(len(inp.pool), min(64, len(inp.pool)),
                                                        replace=False)
     metrics["kl_to_ref"] = common.kl_to_ref(engine, inp.model, inp.ref_model,
@@ -687,9 +609,9 @@ def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
-    task, sizes, eval_sizes = check_args(args, parser)
+    task = check_args(args, parser)
     common.setup(args.seed, args.threads)
-    inp = load_inputs(args, parser, task, sizes, eval_sizes)
+    inp = load_inputs(args, parser, task)
     model, run = inp.model, inp.run
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     step = 0
@@ -713,7 +635,8 @@ def main(argv=None):
         bar = tqdm(total=args.steps, initial=step, desc=f"agro {args.loss}", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
         snapshots = common.Snapshots(args.snapshots, started, run.dir)
-        while step < args.steps:
+        done = step  # optimizer steps taken
+        for step in range(step, args.steps):
             snapshots.take(model, inp.tokenizer, step)
             t0 = time.perf_counter()
             batch = sample_batch(args, inp, engine, offline, step)  # fresh groups and offline ones
@@ -721,27 +644,28 @@ def main(argv=None):
             row = agro_step(model, inp.ref_model, optimizer, batch, args, step,
                             inp.tokenizer.pad_token_id)
             engine.sync(model)  # the next on-policy groups come from exactly these weights
-            step += 1
+            done = step + 1
             row.update(time_generate=t_gen, time_step=time.perf_counter() - t0)
-            last = step == args.steps or time.monotonic() >= deadline
-            if step % args.eval_every == 0 or last:
+            last = done == args.steps or time.monotonic() >= deadline
+            if done % args.eval_every == 0 or last:
                 row.update(evaluate(args, inp, engine))
-                tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in row
-                                                        if k.endswith("sampled/accuracy")))
-            run.log(step, row)
+                tqdm.write(f"step {done}: " + "  ".join(f"{k}={row[k]:.3f}" for k in row
+                                                        if k.endswith("accuracy")
+                                                        and k.startswith("eval")))
+            run.log(done, row)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}")
-            if step % args.save_every == 0 or last or stop.requested:
+            if done % args.save_every == 0 or last or stop.requested:
                 common.save_checkpoint(run.path("checkpoint"), model, inp.tokenizer,
-                                       {"step": step, "optimizer": optimizer.state_dict(),
+                                       {"step": done, "optimizer": optimizer.state_dict(),
                                         "rng": common.rng_state()})
             if stop.requested:
                 bar.close()
-                common.exit_interrupted("agro.py", run.dir, step)
+                common.exit_interrupted("agro.py", run.dir, done)
             if last:
                 break
         bar.close()
-        snapshots.take(model, inp.tokenizer, step, final=True)
+        snapshots.take(model, inp.tokenizer, done, final=True)
     common.save_checkpoint(run.path("final"), model, inp.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

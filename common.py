@@ -21,6 +21,7 @@ the sampling defaults a checkpoint ships in its generation_config.json.
 """
 from __future__ import annotations
 
+import argparse
 import gc
 import glob
 import json
@@ -77,6 +78,14 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite float >= 0 (a KL coefficient)."""
+    value = float(text)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
 def finite_float(text: str) -> float:
     """argparse type: any finite float (nan and inf are refused: they would poison the weights)."""
     value = float(text)
@@ -98,13 +107,76 @@ def minutes_list(text: str) -> list[float]:
     return sorted(positive_float(m) for m in text.split(","))
 
 
+def int_list(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers, e.g. --sizes 3,4."""
+    return [positive_int(n) for n in text.split(",")]
+
+
+def existing_file(text: str) -> str:
+    """argparse type: the path of a file that exists."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
+def problems_source(text: str) -> str:
+    """argparse type: a JSONL file of problems, `hub` (the task's hub set) or a hub dataset id."""
+    if text == "hub" or os.path.isfile(text) or (HUB_ID.match(text) and not os.path.exists(text)):
+        return text
+    raise argparse.ArgumentTypeError(f"no such file (nor `hub`, nor a hub id): {text!r}")
+
+
 # argparse reports the type's name in "invalid positive_int value: '0'"; give them readable names.
 positive_int.__name__ = "positive integer"
 positive_float.__name__ = "positive number"
 nonnegative_int.__name__ = "non-negative integer"
+nonnegative_float.__name__ = "non-negative number"
 finite_float.__name__ = "finite number"
 fraction.__name__ = "number in [0, 1]"
 minutes_list.__name__ = "comma-separated positive minutes"
+int_list.__name__ = "comma-separated positive integers"
+problems_source.__name__ = "problems source"
+existing_file.__name__ = "file"
+
+
+def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micro_help: str,
+                  problems: bool = True, eval_help: str = "evaluate every N steps",
+                  sizes_help: str = "the task's SIZES") -> None:
+    """The flags every RL script shares (the algorithm's own flags stay in the script)."""
+    p.add_argument("--task", default="countdown", help="task module in tasks/")
+    p.add_argument("--model", default="sft",
+                   help="`sft` (the newest sft.py run of --task), a folder or a hub id; pi_ref")
+    p.add_argument("--out", default=None, help="run folder (default runs/SCRIPT-TASK-TIME)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    p.add_argument("--time-limit", type=positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start (then evaluate and save)")
+    p.add_argument("--snapshots", type=minutes_list, default=None, metavar="MIN,MIN",
+                   help="save the model at these minutes since the start, e.g. 1,2,5 "
+                        "(scripts/time_to_accuracy.py)")
+    p.add_argument("--sizes", type=int_list, default=None, help="difficulty levels trained on "
+                   f"(Countdown: numbers a puzzle), e.g. 3,4; default: {sizes_help}")
+    p.add_argument("--eval-sizes", type=int_list, default=None,
+                   help="held-out difficulty levels; default: the task's SIZES")
+    if problems:
+        p.add_argument("--problems", type=problems_source, default=None,
+                       help="training problems from a JSONL file, `hub` or a hub dataset id")
+        p.add_argument("--train-size", type=positive_int, default=20000,
+                       help="training problems per size")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64,
+                   help="completion budget in tokens, EOS included")
+    p.add_argument("--micro-batch", type=positive_int, default=micro_batch, help=micro_help)
+    p.add_argument("--clip", type=positive_float, default=1.0, help="gradient-norm clip")
+    p.add_argument("--eval-every", type=nonnegative_int if eval_every == 0 else positive_int,
+                   default=eval_every, help=eval_help)
+    p.add_argument("--eval-size", type=positive_int, default=200, help="held-out problems a size")
+    p.add_argument("--eval-k", type=positive_int, default=8,
+                   help="samples a problem at temperature 1")
+    p.add_argument("--save-every", type=positive_int, default=save_every,
+                   help="checkpoint every N steps")
+    p.add_argument("--engine", default="auto", choices=ENGINES,
+                   help="generation engine; auto: vLLM on a GPU, else kv (make_engine)")
+    p.add_argument("--seed", type=nonnegative_int, default=0)
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -871,6 +943,28 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
     return metrics
 
 
+def task_problems(task, args) -> tuple[list[dict], dict[int, list[dict]]]:
+    """The training pool (--problems, else --train-size problems of each --sizes from the task's
+    generator) and the held-out problems of each --eval-sizes, by size."""
+    if getattr(args, "problems", None):
+        pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
+    else:
+        pool = [p for n in args.sizes or task.SIZES
+                for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
+    held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
+                for n in args.eval_sizes or task.SIZES}
+    return pool, held_out
+
+
+def evaluate_sizes(engine, task, eval_sets: dict, **kwargs) -> dict:
+    """evaluate() on each size's held-out set, eval_sets: size -> (problems, prompt ids); the
+    metrics are named eval<size>/... (eval3/greedy/accuracy)."""
+    metrics = {}
+    for n, (problems, prompts) in eval_sets.items():
+        metrics.update(evaluate(engine, task, problems, prompts, prefix=f"eval{n}/", **kwargs))
+    return metrics
+
+
 def kl_to_ref(engine, model, ref_model, prompts: list[list[int]], pad_id: int, *, n: int = 4,
               max_new_tokens: int = 64, seed: int | None = 0) -> float:
     """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over
@@ -957,6 +1051,9 @@ def resumed_args(args, parser):
         parser.error(f"--resume {args.resume}: config.json has flags this script does not know "
                      f"({', '.join(foreign[:5])}): a run of another script or version")
     saved = {k: v for k, v in saved.items() if k in known}
+    lists = {a.dest for a in parser._actions if a.type is int_list}
+    for k in lists & {k for k, v in saved.items() if isinstance(v, str)}:
+        saved[k] = int_list(saved[k])  # written as text ("3,4") before --sizes had a type
     return type(args)(**{**known, **saved, "resume": args.resume, "out": args.resume})
 
 
@@ -1014,8 +1111,32 @@ def checkpoint_path(path: str) -> str | None:
     return None
 
 
-def load_trainer_state(path: str) -> dict:
-    return torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
+def load_trainer_state(path: str, needs: tuple[str, ...] = ("step",)) -> dict:
+    """The checkpoint's trainer_state.pt, or UsageError naming what is unreadable or missing."""
+    try:
+        state = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds
+        raise UsageError(f"cannot load checkpoint {path}: unreadable trainer_state.pt "
+                         f"({type(e).__name__})") from None
+    missing = set(needs) - set(state) if isinstance(state, dict) else {"all"}
+    if missing:
+        raise UsageError(f"cannot load checkpoint {path}: trainer_state.pt lacks {sorted(missing)}")
+    return state
+
+
+def resume_checkpoint(args, needs: tuple[str, ...],
+                      required: bool = True) -> tuple[str | None, dict | None]:
+    """With --resume: the run's last checkpoint and its trainer state (needs: the keys it must
+    hold), else (None, None); UsageError when it is incomplete, or missing and `required`."""
+    ckpt = checkpoint_path(os.path.join(args.out, "checkpoint")) if args.resume else None
+    if ckpt is None:
+        if args.resume and required:
+            raise UsageError(f"--resume {args.resume}: no checkpoint to resume from")
+        return None, None
+    files = os.listdir(ckpt)
+    if "config.json" not in files or not any(f.endswith((".safetensors", ".bin")) for f in files):
+        raise UsageError(f"checkpoint {ckpt}: incomplete (no config.json or no weights)")
+    return ckpt, load_trainer_state(ckpt, needs)
 
 
 def rng_state() -> dict:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -55,32 +54,20 @@ from tasks import get_task
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="sft",
-                   help="`sft` (the newest sft.py run of --task), a folder or a hub id; pi_ref")
-    p.add_argument("--out", default=None, help="run folder (default runs/rloo-TASK-TIME)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    # the algorithm
     p.add_argument("--steps", type=common.positive_int, default=400,
-                   help="optimizer steps (one per batch), the horizon of the lr decay: under 5 "
-                   "minutes on 2 CPU cores with the tiny model (docs/RESULTS.md)")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after this invocation started (then evaluate "
-                        "and save as at --steps)")
-    p.add_argument("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
-                   help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
-                        "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
+                   help="optimizer steps (one per batch) and the horizon of the lr decay: under 5 "
+                        "minutes on 2 CPU cores with the tiny model")
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     p.add_argument("--k", type=int, default=4,
                    help="samples per prompt (k >= 2); 64 x 4 learned faster per step than 32 x 8 "
                         "or 16 x 16 with the same 256 completions (docs/RESULTS.md)")
-    p.add_argument("--beta", type=common.finite_float, default=0.0,
-                   help="KL penalty folded into the reward, >= 0 ([CR]: 0)")
+    p.add_argument("--beta", type=common.nonnegative_float, default=0.0,
+                   help="KL penalty folded into the reward ([CR]: 0)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
                    help="seq: sum over tokens then mean over sequences (Eq. 3); seq/len; token")
     p.add_argument("--reward", default=None,
-                   help="reward variant trained on (Countdown: original, A, B); "
-                        "default: the task's first")
+                   help="reward variant trained on (Countdown: original, A, B); default: the "
+                        "task's first")
     p.add_argument("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
                    help="draw more prompts until --prompts groups have advantages that can be "
                         "non-zero (dynamic sampling; module docstring)")
@@ -89,37 +76,15 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=common.positive_float, default=6e-5,
                    help="AdamW lr: the fastest of those tried on the tiny model that did not "
                         "diverge (docs/RESULTS.md)")
-    p.add_argument("--warmup", type=int, default=10,
+    p.add_argument("--warmup", type=common.nonnegative_int, default=10,
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")
     p.add_argument("--lr-schedule", choices=["linear", "constant"], default="linear",
                    help="after the warm-up: linear decay to 0 at --steps (TRL's default), or "
                         "constant")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--micro-batch", type=common.positive_int, default=8,
-                   help="prompts (groups of k) per forward/backward pass: memory and speed, not "
-                        "maths (8 x 4 rows padded to their own longest were the fastest on a CPU)")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: "
-                   "numbers a puzzle); default: the task's SIZES")
-    p.add_argument("--eval-sizes", default=None,
-                   help="held-out difficulty levels, comma-separated; default: the task's SIZES")
-    p.add_argument("--problems", default=None,
-                   help="training problems from a JSONL file or the hub instead of the generator")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="training problems per size")
-    # evaluation
-    p.add_argument("--eval-every", type=common.positive_int, default=50)
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8,
-                   help="samples a problem at temperature 1")
-    p.add_argument("--save-every", type=common.positive_int, default=50)
-    # system
-    p.add_argument("--engine", default="auto", choices=common.ENGINES,
-                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0)
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    common.add_run_flags(p, eval_every=50, save_every=50, micro_batch=8,
+                         micro_help="prompts (groups of k) per forward/backward pass: memory and "
+                         "speed, not maths (8 x 4 rows were the fastest on a CPU)")
     return p, p.parse_args(argv)
 
 
@@ -308,17 +273,6 @@ def batch_metrics(task, batch: Batch, args) -> dict:
 # -------------------------------------------------------------------------------------------------
 # Inputs, evaluation, checkpoints
 # -------------------------------------------------------------------------------------------------
-def parse_sizes(text, default, flag: str) -> list[int]:
-    if text is None:
-        return list(default)
-    try:
-        sizes = [int(s) for s in str(text).split(",")]
-    except ValueError:
-        raise common.UsageError(f"{flag}: expected comma-separated integers, got {text!r}") \
-            from None
-    return sizes
-
-
 @dataclass
 class Inputs:
     """Everything main() needs, checked before training starts."""
@@ -334,53 +288,25 @@ class Inputs:
     state: dict | None           # the trainer state of the checkpoint resumed from
 
 
-def check_args(args) -> None:
-    """Flag values that argparse's types cannot check alone; UsageError naming the flag."""
-    if args.k < 2:
-        raise common.UsageError(f"--k must be at least 2 for a leave-one-out baseline, "
-                                f"got {args.k}")
-    if not (math.isfinite(args.beta) and args.beta >= 0):
-        raise common.UsageError(f"--beta must be a finite number >= 0, got {args.beta}")
-    if args.warmup < 0:
-        raise common.UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    if args.problems and args.problems.endswith(".jsonl") and not os.path.isfile(args.problems):
-        raise common.UsageError(f"no such problems file: {args.problems}")
-
-
 def load_inputs(args, parser, device: str) -> Inputs:
     """Check every input (flags, files, checkpoint) and load it; bad input: one line, exit 2."""
     try:
-        missing = set(vars(parser.parse_args([]))) - set(vars(args))
-        if missing:  # a run folder of another script
-            raise common.UsageError(f"--resume {args.resume}: not a rloo.py run (its config.json "
-                                    f"lacks {', '.join(sorted(missing))})")
-        check_args(args)
+        if args.k < 2:
+            raise common.UsageError(f"--k must be at least 2 for a leave-one-out baseline, "
+                                    f"got {args.k}")
         task = get_task(args.task)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise common.UsageError(f"unknown --reward {args.reward!r}; choose from "
                                     f"{', '.join(task.REWARD_VARIANTS)}")
-        sizes = parse_sizes(args.sizes, task.SIZES, "--sizes")
-        eval_sizes = parse_sizes(args.eval_sizes, task.SIZES, "--eval-sizes")
-        out = args.out or common.default_out_dir("rloo", args.task)
-        ckpt, state = None, None
-        if args.resume:
-            ckpt = common.checkpoint_path(os.path.join(out, "checkpoint"))
-            if ckpt is None:
-                raise common.UsageError(f"--resume {args.resume}: no checkpoint to resume from")
-            state = load_state(ckpt)
+        args.out = args.out or common.default_out_dir("rloo", args.task)
+        ckpt, state = common.resume_checkpoint(args, needs=("step", "optimizer", "rng"))
         ref_path = common.resolve_model_path(args.model, task=args.task)
-        if args.problems:
-            pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
-        else:
-            pool = [p for n in sizes
-                    for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
+        pool, eval_problems = common.task_problems(task, args)
         if len(pool) < args.prompts:
             raise common.UsageError(f"--prompts {args.prompts} is more than the {len(pool)} "
                                     "training problems")
-        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                         for n in eval_sizes}
-        run = common.Run(out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
+        run = common.Run(args.out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
         model, tokenizer = common.load_model(ckpt or ref_path, device=device)
         ref_model, _ = common.load_model(ref_path, device=device)
     except (common.UsageError, ValueError) as e:
@@ -393,27 +319,11 @@ def load_inputs(args, parser, device: str) -> Inputs:
                   model, ref_model, tokenizer, ref_path, run, state)
 
 
-def load_state(ckpt: str) -> dict:
-    """The checkpoint's trainer state, or UsageError naming what is missing or unreadable."""
-    try:
-        state = common.load_trainer_state(ckpt)
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise common.UsageError(f"checkpoint {ckpt}: unreadable trainer_state.pt "
-                                f"({type(e).__name__})") from None
-    missing = {"step", "optimizer", "rng"} - set(state) if isinstance(state, dict) else {"all"}
-    if missing:
-        raise common.UsageError(f"checkpoint {ckpt}: trainer_state.pt lacks {sorted(missing)}")
-    return state
-
-
 def evaluate(engine, inputs: Inputs, args) -> dict:
     """Held-out accuracy per size, and KL(pi || pi_ref) on 4 samples of 64 training prompts."""
     inputs.model.eval()
-    metrics = {}
-    for n, (problems, prompts) in inputs.eval_sets.items():
-        metrics.update(common.evaluate(engine, inputs.task, problems, prompts, k=args.eval_k,
-                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens,
-                                       reward_variant=args.reward))
+    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
+                                    max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
     rng = np.random.default_rng([args.seed, 7])
     idx = rng.choice(len(inputs.pool), min(64, len(inputs.pool)), replace=False)
     metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs.model, inputs.ref_model,
@@ -429,7 +339,8 @@ def save(inputs: Inputs, optimizer, step: int) -> None:
 
 
 def shown(row: dict) -> str:
-    keys = [k for k in row if k.endswith("sampled/accuracy") or k in ("signal_share", "kl_to_ref")]
+    keys = [k for k in row if k.endswith("accuracy") and k.startswith("eval")
+            or k in ("signal_share", "kl_to_ref")]
     return "  ".join(f"{k}={row[k]:.3f}" for k in keys)
 
 
@@ -441,60 +352,59 @@ def main(argv=None):
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    inputs = load_inputs(args, parser, device)
+    inputs = load_inputs(args, parser, "cuda" if torch.cuda.is_available() else "cpu")
     model, run = inputs.model, inputs.run
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    step = 0
+    start = 0
     if inputs.state:
         optimizer.load_state_dict(inputs.state["optimizer"])
         common.set_rng_state(inputs.state["rng"])
-        step = inputs.state["step"]
-        run.truncate(step)
-        print(f"resumed {run.dir} at step {step}")
+        start = inputs.state["step"]
+        run.truncate(start)
+        print(f"resumed {run.dir} at step {start}")
     engine = common.make_engine(args.engine, model, inputs.tokenizer, inputs.ref_path,
                                 seed=args.seed)
     engine.sync(model)  # the resumed weights, if any
     print(f"rloo: {common.count_parameters(model) / 1e6:.2f}M parameters from {inputs.ref_path}, "
           f"engine {engine.name}, B={args.prompts} k={args.k} beta={args.beta}, run {run.dir}")
-    if step == 0:
+    if start == 0:
         row = evaluate(engine, inputs, args)
         run.log(0, row)
         tqdm.write(f"step 0: {shown(row)}")
-    bar = tqdm(total=args.steps, initial=step, desc="rloo", dynamic_ncols=True)
+    bar = tqdm(total=args.steps, initial=start, desc="rloo", dynamic_ncols=True)
     deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
     snapshots = common.Snapshots(args.snapshots, started, run.dir)
+    done = start  # optimizer steps taken
     with common.StopOnInterrupt() as stop:
-        while step < args.steps:
+        for step in range(start, args.steps):
             snapshots.take(model, inputs.tokenizer, step)
             t0 = time.perf_counter()
-            model.eval()
             batch = draw_batch(engine, inputs.task, inputs.pool, inputs.prompts, step, args)
             t_gen = time.perf_counter() - t0
             row = rloo_step(model, inputs.ref_model, optimizer, batch.groups, args,
-                            inputs.tokenizer.pad_token_id, step)
+                            inputs.tokenizer.pad_token_id, step)  # Eqs. 2-3
             t_sync = time.perf_counter()
             engine.sync(model)  # the next batch is sampled from exactly these weights
-            step += 1
+            done = step + 1
             row.update(batch_metrics(inputs.task, batch, args), time_generate=t_gen,
                        time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
-            last = step == args.steps or time.monotonic() >= deadline
-            if step % args.eval_every == 0 or last:
+            last = done == args.steps or time.monotonic() >= deadline
+            if done % args.eval_every == 0 or last:
                 row.update(evaluate(engine, inputs, args))
-                tqdm.write(f"step {step}: {shown(row)}")
-            run.log(step, row)
+                tqdm.write(f"step {done}: {shown(row)}")
+            run.log(done, row)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
                             gap=f"{row['logprob_gap']:.1e}")
-            if step % args.save_every == 0 or last or stop.requested:
-                save(inputs, optimizer, step)
+            if done % args.save_every == 0 or last or stop.requested:
+                save(inputs, optimizer, done)
             if stop.requested:
                 bar.close()
-                common.exit_interrupted("rloo.py", run.dir, step)
+                common.exit_interrupted("rloo.py", run.dir, done)
             if last:
                 break
     bar.close()
-    snapshots.take(model, inputs.tokenizer, step, final=True)
+    snapshots.take(model, inputs.tokenizer, done, final=True)
     common.save_checkpoint(run.path("final"), model, inputs.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

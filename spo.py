@@ -68,26 +68,9 @@ def temperature_range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def sizes_list(text: str) -> list[int]:
-    """argparse type: comma-separated positive integers."""
-    try:
-        sizes = [int(s) for s in text.split(",")]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive integers a,b,..., got {text!r}")
-    return sizes
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = p.add_argument
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default="sft", help="`sft` (the newest sft.py run of --task), a folder or a hub "
-        "id; it is also pi_0, the frozen reference")
-    add("--out", default=None, help="run folder (default runs/spo-TASK-TIME)")
-    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    # the algorithm
     add("--beta", type=common.positive_float, default=0.5,
         help=f"KL strength (paper: 1/ln 1e5 = {BETA:.4f}, for hard prompts; 0.5 makes the first "
              "update a centred one on easy prompts, see the docstring)")
@@ -102,6 +85,8 @@ def parse_args(argv=None):
              "to 0')")
     add("--train-prompts", type=common.positive_int, default=256,
         help="training problems per size: the finite pool whose Q0 is estimated before training")
+    add("--problems", type=common.problems_source, default=None,
+        help="training problems from a JSONL file, `hub` or a hub dataset id")
     add("--q0-samples", type=common.positive_int, default=64,
         help="samples of pi_0 (temperature 1) per training problem for Q0_hat (paper: 800; 64 "
              "keeps the estimate to minutes on a CPU)")
@@ -111,7 +96,6 @@ def parse_args(argv=None):
     add("--q0-cache", default=None, metavar="FILE",
         help="reuse Q0 estimates from this q0.jsonl (another run's, made with the same model, "
              "task, --max-new-tokens and --q0-samples); missing problems are estimated")
-    # data
     add("--batch-size", type=common.positive_int, default=256,
         help="trajectories per optimizer step (the online part rounded to whole prompts)")
     add("--samples-per-prompt", type=common.positive_int, default=8,
@@ -127,42 +111,15 @@ def parse_args(argv=None):
         help="online nucleus sampling (paper: 0.95)")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
-    # optimisation
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop training MIN minutes after the start of this invocation, the Q0 estimate "
-             "included (then evaluate and save as at --steps)")
-    add("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
-        help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
-             "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     add("--lr", type=common.positive_float, default=6e-5,
         help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, "
              "docs/RESULTS.md)")
-    add("--warmup", type=int, default=10, help="linear warm-up steps, >= 0 (paper: 200)")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--micro-batch", type=common.positive_int, default=64,
-        help="trajectories per forward/backward pass: memory only, same gradient")
-    add("--max-new-tokens", type=common.positive_int, default=64,
-        help="completion budget, EOS included (offline rows are cut to it)")
-    add("--sizes", type=sizes_list, default=None,
-        help="difficulty levels, comma-separated (Countdown: numbers a puzzle); default: the "
-             "task's SIZES")
-    add("--problems", default=None,
-        help="training problems from a JSONL file or the hub instead of the generator")
-    # evaluation
-    add("--eval-sizes", type=sizes_list, default=None,
-        help="difficulty levels evaluated, comma-separated (Countdown: numbers a puzzle); "
-             "default: the task's SIZES")
-    add("--eval-every", type=common.positive_int, default=75)
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems per size")
-    add("--eval-k", type=common.positive_int, default=8,
-        help="samples a problem at temperature 1: sampled accuracy (pass@1) and pass@k")
-    add("--save-every", type=common.positive_int, default=50)
-    # system
-    add("--engine", default="auto", choices=common.ENGINES,
-        help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
-    add("--seed", type=int, default=0)
-    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add("--warmup", type=common.nonnegative_int, default=10,
+        help="linear warm-up steps (paper: 200)")
+    common.add_run_flags(p, eval_every=75, save_every=50, micro_batch=64, problems=False,
+                         micro_help="trajectories per forward/backward pass: memory only, same "
+                                    "gradient")
     return p, p.parse_args(argv)
 
 
@@ -430,7 +387,7 @@ def draw_batch(engine, task, pool, prompts, offline, step, args) -> tuple[list[T
 # ------------------------------------------------------------------------------------------------
 # Checks, one optimizer step, evaluation, checkpoints
 # ------------------------------------------------------------------------------------------------
-STATE_KEYS = {"step", "optimizer", "schedule", "rng"}  # a checkpoint's trainer_state.pt
+STATE_KEYS = ("step", "optimizer", "schedule", "rng")  # a checkpoint's trainer_state.pt
 
 
 def check_args(args, parser) -> Inputs:
@@ -438,12 +395,8 @@ def check_args(args, parser) -> Inputs:
     try:
         task = get_task(args.task)
         sizes, eval_sizes = args.sizes or list(task.SIZES), args.eval_sizes or list(task.SIZES)
-        if args.out == "":
-            raise ValueError("--out needs a folder name")
         if args.top_p > 1:
             raise ValueError(f"--top-p must lie in (0, 1], got {args.top_p}")
-        if args.warmup < 0:
-            raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
         if args.online_fraction < 1.0 and args.offline_data is None:
             raise ValueError("--online-fraction below 1 needs --offline-data FILE")
         offline = read_offline(args.offline_data, task) if args.offline_data is not None else []
@@ -484,9 +437,7 @@ def load_models(args, inputs: Inputs, parser):
         run = common.Run(out, config, resume=bool(args.resume))
         state = None
         if inputs.checkpoint:
-            state = common.load_trainer_state(inputs.checkpoint)
-            if not isinstance(state, dict) or not STATE_KEYS <= state.keys():
-                raise ValueError("trainer_state.pt lacks step, optimizer, schedule or rng")
+            state = common.load_trainer_state(inputs.checkpoint, STATE_KEYS)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(inputs.checkpoint or inputs.ref_path, device=device)
         ref_model, _ = common.load_model(inputs.ref_path, device=device)  # pi_0: frozen
@@ -540,10 +491,8 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
 def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
     """Held-out metrics of the current weights (common.evaluate); the sampler keeps its own."""
     engine.sync(model)
-    metrics = {}
-    for n, (problems, prompts) in eval_sets.items():
-        metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
-                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens))
+    metrics = common.evaluate_sizes(engine, task, eval_sets, k=args.eval_k,
+                                    max_new_tokens=args.max_new_tokens)
     engine.sync(sampler)
     return metrics
 
@@ -558,7 +507,8 @@ def save(run, model, tokenizer, optimizer, schedule, sampler, step, args) -> Non
 
 
 def printable(row: dict) -> str:
-    return "  ".join(f"{k}={v:.3f}" for k, v in row.items() if "sampled/acc" in k or "pass@" in k)
+    return "  ".join(f"{k}={v:.3f}" for k, v in row.items()
+                     if k.startswith("eval") and k.endswith("accuracy") or "pass@" in k)
 
 
 @dataclass
@@ -658,7 +608,8 @@ def main(argv=None):
         bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
         snapshots = common.Snapshots(args.snapshots, started, run.dir)
-        while step < args.steps:
+        done = step  # optimizer steps taken
+        for step in range(step, args.steps):
             snapshots.take(model, tokenizer, step)
             t0 = time.perf_counter()
             if step % args.model_update_interval == 0:  # refresh the sampler (the engine's weights)
@@ -669,25 +620,25 @@ def main(argv=None):
             t_gen = time.perf_counter() - t0
             row = spo_step(model, ref_model, optimizer, schedule, batch, q0_all, args, step,
                            tokenizer.pad_token_id)
-            step += 1
-            row.update(temperature=temperature, sampler_age=(step - 1) % args.model_update_interval,
+            done = step + 1
+            row.update(temperature=temperature, sampler_age=step % args.model_update_interval,
                        time_generate=t_gen, time_step=time.perf_counter() - t0)
-            last = step == args.steps or time.monotonic() >= deadline
-            if step % args.eval_every == 0 or last:
+            last = done == args.steps or time.monotonic() >= deadline
+            if done % args.eval_every == 0 or last:
                 row.update(evaluate(engine, model, sampler, task, data.eval_sets, args))
-                tqdm.write(f"step {step}: " + printable(row))
-            run.log(step, row)
+                tqdm.write(f"step {done}: " + printable(row))
+            run.log(done, row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
-            if step % args.save_every == 0 or last or stop.requested:
-                save(run, model, tokenizer, optimizer, schedule, sampler, step, args)
+            if done % args.save_every == 0 or last or stop.requested:
+                save(run, model, tokenizer, optimizer, schedule, sampler, done, args)
             if stop.requested:
                 bar.close()
-                common.exit_interrupted("spo.py", run.dir, step)
+                common.exit_interrupted("spo.py", run.dir, done)
             if last:
                 break
     bar.close()
-    snapshots.take(model, tokenizer, step, final=True)
+    snapshots.take(model, tokenizer, done, final=True)
     common.save_checkpoint(run.path("final"), model, tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

@@ -26,13 +26,7 @@ defaults to -0.8, the largest p~ tried and the most accurate (scripts/topr_exper
 task's rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for small penalties, so R - c >= 0
 for nearly every sample and TOPR would be reward-weighted SFT; for them the defaults are [CR]
 Eq. 4: c = 0, split 1 (R = 1 gets the SFT term, every R < 1 the ratio [pi/mu]_0^1 times R).
-[CR]'s three TOPR runs of its Table 1 are one command each, `--report-variant original|A|A+B`:
-reward as named, c = 0, split 1, and [CR]'s setting of one dataset of 1,000 completions from the
-SFT model (§4.1), batch 32 (§5.3), lr 1e-4 (§5.2), two epochs (A+B: the first with A, the second
-with B). Flags given explicitly override these. `python topr.py --report-variant A` is
-
-    python topr.py --reward A --c 0 --split 1 --iterations 1 --prompts 1000 --n 1 --epochs 2 \
-                   --batch-size 32
+`--report-variant original|A|A+B` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).
 
 Algorithm 1, as run here:
   1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or
@@ -54,6 +48,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -81,21 +76,6 @@ NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from
 # --------------------------------------------------------------------------------------------------
 # The loss: pure functions of tensors
 # --------------------------------------------------------------------------------------------------
-def taper(u: torch.Tensor, a: float, b: float) -> torch.Tensor:
-    """The taper rho(u; a, b) of [TOPR] Eq. 11, for u = pi/mu > 0 and 0 <= a <= b <= inf.
-
-    rho(u) = a (1 + ln(u/a)) if u < a;  b (1 + ln(u/b)) if u > b;  u otherwise.
-    It is continuous with u rho'(u) = [u]_a^b, so the gradient of sum mu rho(pi/mu) R is Eq. 7.
-    Limits: a = 0 has no lower branch, b = inf no upper one, b = 0 gives rho = 0 (the b -> 0 limit).
-    """
-    lower = a * (1 + torch.log(u / a)) if a > 0 else u
-    if 0 < b < math.inf:
-        upper = b * (1 + torch.log(u / b))
-    else:
-        upper = u if b == math.inf else torch.zeros_like(u)
-    return torch.where(u < a, lower, torch.where(u > b, upper, u))
-
-
 def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
                     a_neg: float, b_neg: float) -> torch.Tensor:
     """alpha = [pi/mu]_a^b in log space: exp(clamp(lw, ln a, ln b)), ln 0 = -inf, ln inf = inf.
@@ -110,32 +90,55 @@ def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_po
     return torch.exp(torch.minimum(torch.maximum(lw, lo), hi))
 
 
-def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
-              rewards: torch.Tensor, a_pos: float = 1.0, b_pos: float = 1.0,
-              a_neg: float = 0.0, b_neg: float = 1.0, c: float = 0.0, norm: str = "seq/len",
-              split: float = 0.0) -> torch.Tensor:
-    """Minibatch TOPR loss ([TOPR] Algorithm 1, Eq. 7 with the limits of Table 1), to be minimised.
+def weighted_logprob_loss(weight: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor,
+                          norm: str) -> torch.Tensor:
+    """-1/N sum_i weight_i LP(y_i), to be minimised; weight: [N], no gradient.
 
     logprobs: [N, T] per-token log pi(y_t | x, y_<t), with gradient; 0 on padding
     mask:     [N, T] 1 on completion tokens (EOS included)
-    lp_mu:    [N]    behaviour sequence log-prob LP_mu(y)
-    rewards:  [N]    R(x, y); the baseline c is subtracted here (R_eff = R - c, Eqs. 9-10)
-    split:    T+ is R_eff >= split: 0 in [TOPR] (by sign), 1 in [CR] Eq. 4 (R = 1 with c = 0).
-    norm:     "seq/len" each sequence's LP divided by its length ([TOPR]); "seq" full sums;
-              "token" the sum of alpha R_eff log pi over all tokens divided by their count.
-    The ratio always uses the full-sequence LP, whatever `norm`; alpha is detached.
+    norm: "seq/len" each LP divided by its length ([TOPR]); "seq" full sums; "token" the sum of
+          weight * log pi over all tokens divided by their count.
     """
-    lp = (logprobs * mask).sum(-1)  # [N] LP(y)
-    r_eff = rewards - c  # [N]
-    alpha = truncated_ratio(lp.detach() - lp_mu, r_eff >= split, a_pos, b_pos, a_neg, b_neg)  # [N]
-    weight = alpha * r_eff  # [N], no gradient
     if norm == "token":
         return -(weight[:, None] * logprobs * mask).sum() / mask.sum()
+    lp = (logprobs * mask).sum(-1)  # [N] LP(y)
     if norm == "seq/len":
         lp = lp / mask.sum(-1).clamp(min=1)
     elif norm != "seq":
         raise ValueError(f"unknown loss normalisation {norm!r}")
     return -(weight * lp).mean()
+
+
+def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
+              rewards: torch.Tensor, c: float = 0.0, norm: str = "seq/len",
+              split: float = 0.0) -> torch.Tensor:
+    """Canonical TOPR on a minibatch ([TOPR] Eq. 8, Algorithm 1), to be minimised:
+
+        J = 1/N [ sum_{T+} R_i log pi(y_i) + sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) R_i log pi(y_i) ]
+
+    with R_i = R(x_i, y_i) - c (Eqs. 9-10) and T+ = {R_i >= split}: split 0 in [TOPR] (by sign), 1
+    in [CR] Eq. 4. Positives get a plain SFT step weighted by R; a negative's push fades once
+    pi(y) < mu(y). lp_mu, rewards: [N]; the rest as weighted_logprob_loss. The ratio always uses the
+    full-sequence LP, whatever `norm`.
+    """
+    lp = (logprobs.detach() * mask).sum(-1)  # [N] LP(y), no gradient
+    r = rewards - c  # [N]
+    positive = r >= split  # [N] T+; the others are T-
+    ratio = torch.exp(torch.clamp(lp - lp_mu, max=0.0))  # [N] [pi/mu]_0^1, in log space
+    weight = torch.where(positive, r,  # first sum: R on T+ (SFT)
+                         ratio * r)  # second sum: [pi/mu]_0^1 R on T-
+    return weighted_logprob_loss(weight, logprobs, mask, norm)
+
+
+def truncated_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
+                   rewards: torch.Tensor, a_pos: float, b_pos: float, a_neg: float, b_neg: float,
+                   c: float = 0.0, norm: str = "seq/len", split: float = 0.0) -> torch.Tensor:
+    """[TOPR] Eq. 7 with any limits: alpha = [pi/mu]_a+^b+ on T+ and [pi/mu]_a-^b- on T-, the
+    methods of Table 1 (LIMITS); topr_loss is its case a+ = b+ = 1, a- = 0, b- = 1."""
+    lp = (logprobs.detach() * mask).sum(-1)  # [N]
+    r = rewards - c  # [N]
+    alpha = truncated_ratio(lp - lp_mu, r >= split, a_pos, b_pos, a_neg, b_neg)  # [N]
+    return weighted_logprob_loss(alpha * r, logprobs, mask, norm)
 
 
 def effective_positive_share(rewards, c: float = 0.0) -> float:
@@ -151,11 +154,6 @@ def p_tilde_pm1(p: float, c: float) -> float:
     """[TOPR] Eq. 12: the effective positive share for rewards +1/-1, a share p of positives and
     baseline c."""
     return p * (1 - c) / (1 + (1 - 2 * p) * c)
-
-
-def c_for_p_tilde(p: float, p_tilde: float) -> float:
-    """The inverse of Eq. 12 (solved for c): the baseline c that gives p~ from a true share p."""
-    return (p - p_tilde) / (p + p_tilde - 2 * p * p_tilde)
 
 
 def default_baseline(reward: str) -> tuple[float, float]:
@@ -174,13 +172,8 @@ def negative_share(rewards, c: float, split: float) -> float:
 # --------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="sft",
-                   help="`sft` (the newest sft.py run of --task), a folder or a hub id")
-    p.add_argument("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # the data (Algorithm 1, first lines)
-    p.add_argument("--data", default=None,
+    p.add_argument("--data", type=common.existing_file, default=None,
                    help="JSONL of samples to train on instead of the first iteration's samples")
     p.add_argument("--iterations", type=common.positive_int, default=6,
                    help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
@@ -198,132 +191,49 @@ def parse_args(argv=None):
                         "fills with random negatives up to this number")
     # the loss
     p.add_argument("--loss", choices=list(LIMITS), default="topr",
-                   help="truncation limits of Table 1")
+                   help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
     p.add_argument("--reward", default=PM1,
                    help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
                         "(A for the first half of all epochs, then B)")
     p.add_argument("--c", type=common.finite_float, default=None,
-                   help="baseline: train on R - c (Eqs. 9-10); default -0.8 with pm1 (the largest "
-                        "p~ tried, the best: scripts/topr_experiments.py), 0 with the task's "
-                        "rewards ([CR] Eq. 4)")
+                   help="baseline: train on R - c (Eqs. 9-10); -0.8 with pm1 (the largest p~ "
+                        "tried, the best: scripts/topr_experiments.py), 0 with the task's rewards "
+                        "([CR] Eq. 4)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
-                   help="T- is R - c < split: 0 [TOPR] (by sign), 1 [CR] Eq. 4; default 0 with "
-                        "pm1, 1 with the task's rewards")
+                   help="T- is R - c < split: 0 with pm1 ([TOPR], by sign), 1 with the task's "
+                        "rewards ([CR] Eq. 4)")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
                    help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over "
                         "all tokens")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start, data generation included (then "
-                        "evaluate and save as at the end)")
-    p.add_argument("--snapshots", type=common.minutes_list, default=None, metavar="MIN,MIN",
-                   help="save the model at these minutes of wall clock since the start, e.g. 1,2,5 "
-                        "(time-to-accuracy curves: scripts/time_to_accuracy.py)")
     p.add_argument("--epochs", type=common.positive_int, default=1,
                    help="passes over each iteration's data")
     p.add_argument("--batch-size", type=common.positive_int, default=64,
                    help="samples per optimizer step")
     p.add_argument("--lr", type=common.positive_float, default=1e-4,
                    help="AdamW lr, constant ([TOPR]); 1e-4 was best in [CR] §5.2")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--micro-batch", type=common.positive_int, default=64,
-                   help="samples per forward/backward pass: memory only, same gradient")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
-    p.add_argument("--sizes", default=None,
-                   help="difficulty levels, comma-separated (Countdown: numbers a puzzle); "
-                        "default: the task's SIZES")
-    p.add_argument("--problems", default=None,
-                   help="training problems from a JSONL file or the hub instead of the generator")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="training problems per size")
-    # evaluation
-    p.add_argument("--eval-every", type=common.nonnegative_int, default=0,
-                   help="also evaluate every N steps (0: at the end of each iteration only)")
-    p.add_argument("--eval-sizes", default=None,
-                   help="difficulty levels of the held-out evaluation, comma-separated; default: "
-                        "the task's SIZES")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8,
-                   help="samples a problem at temperature 1")
-    p.add_argument("--save-every", type=common.positive_int, default=100,
-                   help="checkpoint every N steps")
-    # system
-    p.add_argument("--engine", default="auto", choices=common.ENGINES,
-                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0)
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
-                   help="[CR]'s TOPR run with this reward: c 0, split 1, one dataset of 1,000 "
-                        "completions, batch 32, 2 epochs (flags given explicitly win)")
+                   help="[CR]'s TOPR run with this reward (docs/PAPERS.md): c 0, split 1, one "
+                        "dataset of 1,000 completions, batch 32, 2 epochs (flags given win)")
+    common.add_run_flags(p, eval_every=0, save_every=100, micro_batch=64,
+                         micro_help="samples per forward/backward pass: memory only, same "
+                                    "gradient",
+                         eval_help="also evaluate every N steps (0: at the end of each "
+                                   "iteration only)")
     args = p.parse_args(argv)
-    if args.report_variant:  # the report's setting becomes the defaults, then parse again
+    if args.report_variant:  # the report's setting becomes the defaults
         p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
         args = p.parse_args(argv)
-    return p, args
+    c, split = default_baseline(args.reward)  # the reward's baseline and split, unless given
+    p.set_defaults(c=c, split=split)
+    return p, p.parse_args(argv)
 
 
-def parse_sizes(text: str | None, default: tuple[int, ...], flag: str) -> list[int]:
-    if text is None:
-        return list(default)
-    try:
-        sizes = [int(s) for s in str(text).split(",")]
-    except ValueError:
-        raise common.UsageError(f"{flag}: expected comma-separated integers, got {text!r}") \
-            from None
-    return sizes
-
-
-def check_args(args, parser):
-    """Every flag and path checked before anything is loaded: one line and exit status 2. Returns
-    the task module. Fills the reward's default baseline and split (default_baseline)."""
-    try:
-        task = get_task(args.task)
-        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
-        if args.reward not in variants:
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
-        if args.report_variant and args.reward != args.report_variant:
-            raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
-                             f"not --reward {args.reward}")
-        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
-            raise ValueError("--reward A+B needs the task's variants A and B")
-        if args.top_p == 0:
-            raise ValueError("--top-p must be in (0, 1], got 0")
-        for flag in ("out", "resume", "data", "problems", "model"):
-            if getattr(args, flag) == "":
-                raise ValueError(f"--{flag} is empty")
-        args.sizes_list = parse_sizes(args.sizes, task.SIZES, "--sizes")
-        args.eval_sizes_list = parse_sizes(args.eval_sizes, task.SIZES, "--eval-sizes")
-        if args.data is not None and not os.path.isfile(args.data):
-            raise ValueError(f"--data {args.data}: no such file")
-        if args.problems not in (None, "hub") and not os.path.isfile(args.problems) \
-                and not common.HUB_ID.match(args.problems):
-            raise ValueError(f"--problems {args.problems}: no such file (nor `hub`, nor a hub id)")
-        base_c, base_split = default_baseline(args.reward)
-        args.c = base_c if args.c is None else args.c
-        args.split = base_split if args.split is None else args.split
-        args.out = args.out or common.default_out_dir("topr", args.task)
-        args.model_path = common.resolve_model_path(args.model, task=args.task)
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-    return task
-
-
-@dataclass
-class Position:
-    """Where training stands: the next step's iteration, epoch and batch in the epoch; steps
-    done so far."""
-    iteration: int = 0
-    epoch: int = 0
-    batch: int = 0
-    step: int = 0
-
-    def after_step(self, n_batches: int, epochs: int) -> Position:
-        batch, epoch, iteration = self.batch + 1, self.epoch, self.iteration
-        if batch == n_batches:
-            batch, epoch = 0, epoch + 1
-        if epoch == epochs:
-            epoch, iteration = 0, iteration + 1
-        return Position(iteration, epoch, batch, self.step + 1)
+class Position(NamedTuple):
+    """Where a checkpoint stands: the next step's iteration, epoch and batch; steps done."""
+    iteration: int
+    epoch: int
+    batch: int
+    step: int
 
 
 @dataclass
@@ -336,26 +246,31 @@ class Inputs:
     prompts: list                 # their prompt token ids
     eval_sets: dict               # size -> (problems, prompt ids)
     data: dict                    # iteration -> rows already on hand (--data, or a resumed file)
-    start: Position
+    start: Position               # where the next optimizer step stands
     trainer_state: dict | None    # optimizer and RNG state of the checkpoint resumed from
     run: common.Run
 
 
-def load_inputs(args, task, parser, device: str) -> Inputs:
+def load_inputs(args, parser, device: str) -> Inputs:
     """Problems, model (or the checkpoint resumed from), data files and the run folder; every bad
-    file is one line and exit status 2."""
+    input is one line and exit status 2, before the run folder is made."""
     try:
-        if args.problems:
-            pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
-        else:
-            pool = [p for n in args.sizes_list
-                    for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
-        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                         for n in args.eval_sizes_list}
-        ckpt = common.checkpoint_path(os.path.join(args.out, "checkpoint")) if args.resume else None
-        if args.resume and ckpt is None:
-            raise common.UsageError(f"--resume {args.resume}: no checkpoint to resume from")
-        state, start = read_trainer_state(ckpt) if ckpt else (None, Position())
+        task = get_task(args.task)
+        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
+        if args.reward not in variants:
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
+        if args.report_variant and args.reward != args.report_variant:
+            raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
+                             f"not --reward {args.reward}")
+        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
+            raise ValueError("--reward A+B needs the task's variants A and B")
+        if args.top_p == 0:
+            raise ValueError("--top-p must be in (0, 1], got 0")
+        args.out = args.out or common.default_out_dir("topr", args.task)
+        args.model_path = common.resolve_model_path(args.model, task=args.task)
+        pool, eval_problems = common.task_problems(task, args)
+        ckpt, state = common.resume_checkpoint(args, Position._fields + ("optimizer", "rng"))
+        start = Position(*(state[k] for k in Position._fields)) if state else Position(0, 0, 0, 0)
         model, tokenizer = common.load_model(ckpt or args.model_path, device=device)
         style = common.prompt_style(model, tokenizer)
         data = {}
@@ -375,16 +290,6 @@ def load_inputs(args, task, parser, device: str) -> Inputs:
                  for n, ps in eval_problems.items()}
     return Inputs(task, model, tokenizer, pool, common.encode_prompts(task, pool, tokenizer, style),
                   eval_sets, data, start, state, run)
-
-
-def read_trainer_state(ckpt: str) -> tuple[dict, Position]:
-    try:
-        state = common.load_trainer_state(ckpt)
-        at = Position(*(state[k] for k in ("iteration", "epoch", "batch", "step")))
-    except Exception as e:  # a torn or foreign file: torch raises many kinds
-        raise common.UsageError(f"{ckpt}/trainer_state.pt: not a topr.py checkpoint "
-                                f"({type(e).__name__})") from None
-    return state, at
 
 
 # --------------------------------------------------------------------------------------------------
@@ -527,35 +432,24 @@ def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator)
     return positives + negatives
 
 
-@dataclass
-class Epoch:
-    """One pass over an iteration's selected samples under one reward variant."""
-    variant: str
-    rewards: list[float]          # R of every selected sample under `variant`
-    negative_share: float         # the share of them in T- (R - c < split)
-    batches: list[np.ndarray]     # sample indices of each minibatch, in order
-
-
-def plan_epoch(data: list[dict], at: Position, task, args) -> Epoch:
-    """Rewards under this epoch's variant and a seeded shuffle into minibatches; prints the data's
-    composition (p, p~, negative share) at the start of the epoch."""
-    variant = variant_at(args.reward, at.iteration * args.epochs + at.epoch,
-                         args.iterations * args.epochs)
+def epoch_rewards(data: list[dict], it: int, epoch: int, task, args,
+                  show: bool) -> tuple[list[float], float]:
+    """R of every selected sample under this epoch's reward variant, and the share of them in T-;
+    prints the data's composition (p, p~, negative share) when `show`."""
+    variant = variant_at(args.reward, it * args.epochs + epoch, args.iterations * args.epochs)
     rewards = [reward_of(task, r["problem"], r["completion"], variant) for r in data]
-    order = np.random.default_rng([args.seed, at.iteration, at.epoch, 2]).permutation(len(data))
     neg = negative_share(rewards, args.c, args.split)
-    if at.batch == 0:
+    if show:
         p = float(np.mean([r["grade"] == "correct" for r in data]))
         eq12 = f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""
-        tqdm.write(f"iteration {at.iteration} epoch {at.epoch}: {len(data)} samples "
-                   f"({args.sampling}), reward {variant}, correct p={p:.3f}, effective positive "
-                   f"share p~={effective_positive_share(rewards, args.c):.3f}{eq12}, "
-                   f"negative share {neg:.3f}")
+        tqdm.write(f"iteration {it} epoch {epoch}: {len(data)} samples ({args.sampling}), reward "
+                   f"{variant}, correct p={p:.3f}, effective positive share "
+                   f"p~={effective_positive_share(rewards, args.c):.3f}{eq12}, negative share "
+                   f"{neg:.3f}")
         if neg == 0 and p < 1:
             tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): this is "
                        "reward-weighted SFT, not TOPR")
-    return Epoch(variant, rewards, neg, [order[s:s + args.batch_size]
-                                         for s in range(0, len(order), args.batch_size)])
+    return rewards, neg
 
 
 # --------------------------------------------------------------------------------------------------
@@ -578,8 +472,11 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
         logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
                                                     [x["completion_ids"] for x in mb], pad_id)
         lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)  # [M]
-        loss = topr_loss(logprobs, mask, lp_mu, r, *limits, c=args.c, norm=args.loss_norm,
-                         split=args.split)
+        if args.loss == "topr":  # Eq. 8
+            loss = topr_loss(logprobs, mask, lp_mu, r, args.c, args.loss_norm, args.split)
+        else:  # Eq. 7 with the limits of Table 1
+            loss = truncated_loss(logprobs, mask, lp_mu, r, *limits, c=args.c,
+                                  norm=args.loss_norm, split=args.split)
         # each micro-batch weighted by its share, so the sum is the loss of the whole batch
         share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(mb) / len(batch)
         (loss * share).backward()
@@ -620,8 +517,7 @@ def evaluate(engine, inp: Inputs, args, step: int) -> dict:
 def save(inp: Inputs, optimizer, at: Position) -> None:
     """The checkpoint (atomic): weights, optimizer, RNG, and the position of the next step."""
     common.save_checkpoint(inp.run.path("checkpoint"), inp.model, inp.tokenizer,
-                           {"iteration": at.iteration, "epoch": at.epoch, "batch": at.batch,
-                            "step": at.step, "optimizer": optimizer.state_dict(),
+                           {**at._asdict(), "optimizer": optimizer.state_dict(),
                             "rng": common.rng_state()})
 
 
@@ -629,58 +525,68 @@ def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
-    task = check_args(args, parser)
     common.setup(args.seed, args.threads)
-    inp = load_inputs(args, task, parser, "cuda" if torch.cuda.is_available() else "cpu")
-    model, run, at = inp.model, inp.run, inp.start
+    inp = load_inputs(args, parser, "cuda" if torch.cuda.is_available() else "cpu")
+    model, run, task = inp.model, inp.run, inp.task
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    start_it, start_epoch, start_batch, step = inp.start
     if inp.trainer_state:
         optimizer.load_state_dict(inp.trainer_state["optimizer"])
         common.set_rng_state(inp.trainer_state["rng"])
-        run.truncate(at.step)
-        print(f"resumed at iteration {at.iteration}, epoch {at.epoch}, step {at.step}")
+        run.truncate(step)
+        print(f"resumed at iteration {start_it}, epoch {start_epoch}, step {step}")
     engine = common.make_engine(args.engine, model, inp.tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)
     print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
           f"engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, c={args.c:g}, "
           f"split={args.split:g}, run folder {run.dir}")
-    if at.step == 0:
+    if step == 0:
         run.log(0, evaluate(engine, inp, args, 0))
     deadline = started + 60 * args.time_limit if args.time_limit else math.inf
-    data = epoch = None
     snapshots = common.Snapshots(args.snapshots, started, run.dir)
+    out_of_time = False
     with common.StopOnInterrupt() as stop:
-        while at.iteration < args.iterations:
-            snapshots.take(model, inp.tokenizer, at.step)
-            if data is None or (at.epoch == 0 and at.batch == 0):
-                # 1. this iteration's samples from mu, 2. the selection
-                rows = iteration_data(at.iteration, inp, engine, args)
-                data = select(rows, args.sampling, args.keep,
-                              np.random.default_rng([args.seed, at.iteration, 1]))
-            if epoch is None or at.batch == 0:
-                epoch = plan_epoch(data, at, task, args)
-            # 3. one optimizer step on the next minibatch
-            t0 = time.perf_counter()
-            idx = epoch.batches[at.batch]
-            metrics = topr_step(model, optimizer, [data[i] for i in idx],
-                                [epoch.rewards[i] for i in idx], args,
-                                inp.tokenizer.pad_token_id, at.step + 1)
-            metrics.update(iteration=at.iteration, epoch=at.epoch,
-                           negative_share=epoch.negative_share,
-                           time_step=time.perf_counter() - t0)
-            done, at = at, at.after_step(len(epoch.batches), args.epochs)
-            out_of_time = time.monotonic() >= deadline
-            if (args.eval_every and at.step % args.eval_every == 0) or out_of_time \
-                    or at.iteration != done.iteration:
-                metrics.update(evaluate(engine, inp, args, at.step))
-            run.log(at.step, metrics)
-            if at.step % args.save_every == 0 or at.batch == 0 or out_of_time or stop.requested:
-                save(inp, optimizer, at)
-            if stop.requested:
-                common.exit_interrupted("topr.py", run.dir, at.step)
+        for it in range(start_it, args.iterations):  # Algorithm 1
+            rows = iteration_data(it, inp, engine, args)  # 1. samples from mu = pi_{it-1}
+            data = select(rows, args.sampling, args.keep,  # 2. the selection
+                          np.random.default_rng([args.seed, it, 1]))
+            for epoch in range(start_epoch if it == start_it else 0, args.epochs):
+                resumed = (it, epoch) == (start_it, start_epoch) and start_batch > 0
+                rewards, neg = epoch_rewards(data, it, epoch, task, args, show=not resumed)
+                order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data))
+                batches = [order[s:s + args.batch_size]
+                           for s in range(0, len(order), args.batch_size)]
+                for b in range(start_batch if resumed else 0, len(batches)):  # 3. the updates
+                    snapshots.take(model, inp.tokenizer, step)
+                    t0, idx = time.perf_counter(), batches[b]
+                    metrics = topr_step(model, optimizer, [data[i] for i in idx],
+                                        [rewards[i] for i in idx], args,
+                                        inp.tokenizer.pad_token_id, step + 1)
+                    metrics.update(iteration=it, epoch=epoch, negative_share=neg,
+                                   time_step=time.perf_counter() - t0)
+                    step += 1
+                    # where the next step stands: this epoch, the next one, or the next iteration
+                    at = Position(it, epoch, b + 1, step)
+                    if b + 1 == len(batches):
+                        at = (Position(it, epoch + 1, 0, step) if epoch + 1 < args.epochs
+                              else Position(it + 1, 0, 0, step))
+                    out_of_time = time.monotonic() >= deadline
+                    if (args.eval_every and step % args.eval_every == 0) or out_of_time \
+                            or at.iteration != it:
+                        metrics.update(evaluate(engine, inp, args, step))
+                    run.log(step, metrics)
+                    if step % args.save_every == 0 or at.batch == 0 or out_of_time \
+                            or stop.requested:
+                        save(inp, optimizer, at)
+                    if stop.requested:
+                        common.exit_interrupted("topr.py", run.dir, step)
+                    if out_of_time:
+                        break
+                if out_of_time:
+                    break
             if out_of_time:
                 break
-    snapshots.take(model, inp.tokenizer, at.step, final=True)
+    snapshots.take(model, inp.tokenizer, step, final=True)
     common.save_checkpoint(run.path("final"), model, inp.tokenizer)
     engine.close()
     print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")

@@ -15,8 +15,8 @@ reference log-probs).
 [SPO]  Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
        for Sequence Models", 2025, arXiv:2503.05453
 
-    TOPRTrainer   GRPOTrainer + topr.topr_loss; mu = the distribution that sampled (vLLM's log-probs
-                  when TRL has them, else the policy that generated the batch)
+    TOPRTrainer   GRPOTrainer + topr.truncated_loss; mu = the distribution that sampled
+                  (vLLM's log-probs when TRL has them, else the policy that generated the batch)
     AGROTrainer   GRPOTrainer + agro.agro_loss with on-policy (Eqs. 5-6) or off-policy (Eq. 4)
                   weights, computed per completion over its whole group (groups may span processes)
     SPOTrainer    GRPOTrainer + spo.cumulative_q / spo.spo_loss; Q0_hat from a `q0` column (spo.py's
@@ -173,8 +173,8 @@ class _ScriptLossTrainer(GRPOTrainer):
 
 
 class TOPRTrainer(_ScriptLossTrainer):
-    """[TOPR] Algorithm 1 on TRL's batches: topr.topr_loss with LP_mu the sequence log-prob under
-    mu."""
+    """[TOPR] Algorithm 1 on TRL's batches: topr.truncated_loss (Table 1's limits) with LP_mu the
+    sequence log-prob under mu."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -194,9 +194,9 @@ class TOPRTrainer(_ScriptLossTrainer):
 
     def script_loss(self, logprobs, mask, inputs):
         a = self.args
-        return topr.topr_loss(logprobs, mask, inputs["lp_mu"], inputs["rewards"],
-                              *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
-                              split=a.split)
+        return topr.truncated_loss(logprobs, mask, inputs["lp_mu"], inputs["rewards"],
+                                   *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
+                                   split=a.split)
 
 
 class AGROTrainer(_ScriptLossTrainer):
@@ -351,10 +351,10 @@ class TOPROfflineTrainer(_OfflineTrainer):
         a = self.args
         logprobs, mask = self.logprobs(model, inputs["prompt_ids"], inputs["completion_ids"])
         device = logprobs.device
-        return topr.topr_loss(logprobs, mask, torch.tensor(inputs["lp_mu"], device=device),
-                              torch.tensor(inputs["reward"], device=device),
+        return topr.truncated_loss(logprobs, mask, torch.tensor(inputs["lp_mu"], device=device),
+                                   torch.tensor(inputs["reward"], device=device),
                               *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
-                              split=a.split)
+                                   split=a.split)
 
 
 class AGROOfflineTrainer(_OfflineTrainer):

@@ -27,6 +27,28 @@ LIMIT_SETS = [topr.LIMITS[name] for name in ("topr", "naive", "tis", "is", "sft"
     (0.5, 2.0, 0.2, 3.0)]
 
 
+
+def taper(u: torch.Tensor, a: float, b: float) -> torch.Tensor:
+    """The taper rho(u; a, b) of [TOPR] Eq. 11, for u = pi/mu > 0 and 0 <= a <= b <= inf.
+
+    rho(u) = a (1 + ln(u/a)) if u < a;  b (1 + ln(u/b)) if u > b;  u otherwise.
+    It is continuous with u rho'(u) = [u]_a^b, so the gradient of sum mu rho(pi/mu) R is Eq. 7.
+    Limits: a = 0 has no lower branch, b = inf no upper one, b = 0 gives rho = 0 (the b -> 0 limit).
+    """
+    lower = a * (1 + torch.log(u / a)) if a > 0 else u
+    if 0 < b < math.inf:
+        upper = b * (1 + torch.log(u / b))
+    else:
+        upper = u if b == math.inf else torch.zeros_like(u)
+    return torch.where(u < a, lower, torch.where(u > b, upper, u))
+
+
+def c_for_p_tilde(p: float, p_tilde: float) -> float:
+    """The inverse of [TOPR] Eq. 12 (solved for c): the baseline c that gives p~ from a true share
+    p of positives."""
+    return (p - p_tilde) / (p + p_tilde - 2 * p * p_tilde)
+
+
 # --------------------------------------------------------------------------------------------------
 # The taper rho (Eq. 11) and the truncated ratio
 # --------------------------------------------------------------------------------------------------
@@ -34,26 +56,26 @@ def test_taper_values_at_and_around_its_limits():
     a, b = 0.5, 2.0
     u = torch.tensor([a, b, 1.0, a * math.exp(-1), b * math.e, a - 1e-9, a + 1e-9, b - 1e-9,
                       b + 1e-9], dtype=torch.float64)
-    rho = topr.taper(u, a, b)
+    rho = taper(u, a, b)
     assert rho[:3].tolist() == [a, b, 1.0]                    # identity inside [a, b]
     assert rho[3].item() == pytest.approx(0.0, abs=1e-12)     # a (1 + ln(1/e)) = 0
     assert rho[4].item() == pytest.approx(2 * b)              # b (1 + ln e) = 2b
     assert torch.allclose(rho[5:], u[5:], atol=1e-8)          # continuous at both limits
     small = torch.tensor([1e-30, 0.3])
-    assert topr.taper(small, 0.0, 1.0).tolist() == pytest.approx([1e-30, 0.3])   # a = 0
-    assert topr.taper(torch.tensor([1e6]), 0.0, math.inf).item() == 1e6           # b = inf
+    assert taper(small, 0.0, 1.0).tolist() == pytest.approx([1e-30, 0.3])   # a = 0
+    assert taper(torch.tensor([1e6]), 0.0, math.inf).item() == 1e6           # b = inf
     # canonical positives (a = b = 1): 1 + ln u <= u, so J_TOPR <= J for R >= 0
     u = torch.logspace(-5, 5, 101, dtype=torch.float64)
-    assert torch.all(topr.taper(u, 1.0, 1.0) <= u + 1e-12)
+    assert torch.all(taper(u, 1.0, 1.0) <= u + 1e-12)
 
 
 @pytest.mark.parametrize("a,b", [(1.0, 1.0), (0.0, 1.0), (0.0, math.inf), (0.5, 2.0), (0.0, 0.0)])
 def test_u_times_taper_derivative_is_the_clamp(a, b):
     u = torch.logspace(-3, 3, 61, dtype=torch.float64).requires_grad_(True)
     if b == 0.0:  # rho(u; 0, 0) = 0 * (...) is the constant 0: the "dropped negatives" of SFT
-        assert torch.all(topr.taper(u.detach(), 0.0, 0.0) == 0)
+        assert torch.all(taper(u.detach(), 0.0, 0.0) == 0)
         return
-    (grad,) = torch.autograd.grad(topr.taper(u, a, b).sum(), u)
+    (grad,) = torch.autograd.grad(taper(u, a, b).sum(), u)
     assert torch.allclose(u.detach() * grad, u.detach().clamp(a, b), atol=1e-12)
 
 
@@ -101,6 +123,28 @@ def _batch(seed=0, n=6, t=7):
 
 def _token_logprobs(logits, ids, mask):
     return torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1) * mask
+
+
+@pytest.mark.parametrize("norm", ["seq/len", "seq", "token"])
+def test_the_two_sums_of_eq8_are_table1s_topr_limits_exactly(norm):
+    """topr_loss (Eq. 8 written out) and truncated_loss with LIMITS["topr"] (Eq. 7) give the same
+    loss and gradient to the last bit, with and without a baseline and split; the other limits of
+    Table 1 differ on the same batch."""
+    logits, ids, mask, lp_mu = _batch(seed=5)
+    rewards = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 0.1], dtype=torch.float64)
+    for kw in ({}, {"c": -0.8}, {"c": 0.0, "split": 1.0}):
+        lp = _token_logprobs(logits, ids, mask)
+        mu = lp.detach().sum(-1) + torch.tensor([0.5, -0.5, 2.0, 1.0, -3.0, 0.2])  # ratios >, < 1
+        canonical = topr.topr_loss(lp, mask, mu, rewards, norm=norm, **kw)
+        (g1,) = torch.autograd.grad(canonical, logits)
+        lp = _token_logprobs(logits, ids, mask)
+        general = topr.truncated_loss(lp, mask, mu, rewards, *topr.LIMITS["topr"], norm=norm, **kw)
+        (g2,) = torch.autograd.grad(general, logits)
+        assert canonical.item() == general.item() and torch.equal(g1, g2)
+        for other in ("naive", "tis", "sft"):
+            value = topr.truncated_loss(_token_logprobs(logits, ids, mask), mask, mu, rewards,
+                                        *topr.LIMITS[other], norm=norm, **kw).item()
+            assert abs(value - canonical.item()) > 1e-6, other
 
 
 def test_all_positive_data_is_reward_weighted_sft_in_value_and_gradient():
@@ -209,7 +253,7 @@ def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
     R = torch.tensor([1.0, -1.0, 0.5, -0.3, 1.0, -1.0, 0.2, -2.0], dtype=torch.float64)
     pi = torch.softmax(theta, 0)
     u = pi / mu
-    J = sum(mu[i] * topr.taper(u[i:i + 1], *((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
+    J = sum(mu[i] * taper(u[i:i + 1], *((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
             * R[i] for i in range(8))
     (g_rho,) = torch.autograd.grad(J.sum(), theta)
     logpi = torch.log_softmax(theta, 0)
@@ -219,8 +263,8 @@ def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
     assert torch.allclose(g_rho, g_eq7, atol=1e-8)
     # the minibatch loss on one-token "sequences", rewards scaled by 8 mu (> 0, so no sign changes)
     ones = torch.ones(8, 1, dtype=torch.float64)
-    loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu), 8 * mu * R,
-                          *limits, norm="seq")
+    loss = topr.truncated_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu),
+                               8 * mu * R, *limits, norm="seq")
     (g_loss,) = torch.autograd.grad(loss, theta)
     assert torch.allclose(-g_loss, g_eq7, atol=1e-8)
 
@@ -236,7 +280,7 @@ def test_effective_positive_share_values():
     rewards = [1.0] * 10 + [-1.0] * 90  # p = 0.1: the multi-level formula is Eq. 12 on +1/-1 data
     for c in (-0.5, 0.0, 0.3, 0.5, 0.9):
         assert topr.effective_positive_share(rewards, c) == pytest.approx(topr.p_tilde_pm1(0.1, c))
-        assert topr.c_for_p_tilde(0.1, topr.p_tilde_pm1(0.1, c)) == pytest.approx(c)
+        assert c_for_p_tilde(0.1, topr.p_tilde_pm1(0.1, c)) == pytest.approx(c)
     # two levels r+ > c > r-: p (r+ - c) / (p (r+ - c) + (1-p)(c - r-))
     rewards = [1.0] * 3 + [0.1] * 7
     assert topr.effective_positive_share(rewards, 0.5) == pytest.approx(
@@ -274,15 +318,15 @@ def _tabular_run(limits, steps, seed=0, lr=0.1):
     theta = mu_logits.clone().requires_grad_(True)
     ones = torch.ones(5, 1, dtype=torch.float64)
     for _ in range(steps):
-        loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu), 5 * mu * R,
-                              *limits, norm="seq")
+        loss = topr.truncated_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu),
+                                   5 * mu * R, *limits, norm="seq")
         (grad,) = torch.autograd.grad(loss, theta)
         with torch.no_grad():
             theta -= lr * grad
     pi = torch.softmax(theta.detach(), 0)
     naive_objective = (mu * R * torch.log(pi)).sum().item()  # Eq. 4
     u = pi / mu
-    j_topr = sum((mu[i] * topr.taper(u[i:i + 1], *(limits[:2] if R[i] >= 0 else limits[2:]))
+    j_topr = sum((mu[i] * taper(u[i:i + 1], *(limits[:2] if R[i] >= 0 else limits[2:]))
                   * R[i]).item() for i in range(5))  # Eq. 11
     return theta.detach(), pi, mu, grad.norm().item(), naive_objective, j_topr
 

@@ -135,8 +135,8 @@ def test_topr_trainer_loss_and_gradient_equal_the_scripts(weak_sft, rows, tmp_pa
     lp_mu = _logprobs(trainer, trainer.model, batch)[0].detach().sum(-1)
 
     def loss_of(r, logprobs, mask):  # topr.py's step on this batch
-        return topr.topr_loss(logprobs, mask, lp_mu, r, *topr.LIMITS["topr"], c=-0.8,
-                              norm="seq/len", split=0.0)
+        return topr.truncated_loss(logprobs, mask, lp_mu, r, *topr.LIMITS["topr"], c=-0.8,
+                                   norm="seq/len", split=0.0)
     _assert_equal_and_sensitive(trainer, batch, loss_of, rewards, rewards.flip(0))
 
 
