@@ -57,28 +57,29 @@ def parse_args(argv=None):
     p.add_argument("--grad-accum", type=common.positive_int, default=1,
                    help="split each batch into this many micro-batches (same maths, less memory)")
     p.add_argument("--lr", type=common.positive_float, default=1e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=50, help="linear warm-up steps ([CR]: 500)")
-    p.add_argument("--weight-decay", type=common.finite_float, default=0.0, help=">= 0")
+    p.add_argument("--warmup", type=common.nonnegative_int, default=50,
+                   help="linear warm-up steps ([CR]: 500)")
+    p.add_argument("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
     p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     p.add_argument("--loss-norm", choices=["token", "seq"], default="token",
                    help="token: mean over completion tokens (HF convention); seq: Eq. 1 literally")
     p.add_argument("--max-len", type=common.positive_int, default=1024,
                    help="max prompt+completion tokens; the completion is cut, never the prompt")
     # data made by the task
-    p.add_argument("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: "
-                   "numbers a puzzle); default: the task's SIZES")
+    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels, e.g. "
+                   "3,4 (Countdown: numbers a puzzle); default: the task's SIZES")
     p.add_argument("--train-size", type=common.positive_int, default=20000,
                    help="problems per size")
     p.add_argument("--demo-steps", action="store_true",
                    help="demonstrations write the solution's steps before the answer")
     # evaluation
-    p.add_argument("--eval-sizes", default=None,
-                   help="held-out difficulty levels, comma-separated; default: the task's SIZES")
+    p.add_argument("--eval-sizes", type=common.int_list, default=None,
+                   help="held-out difficulty levels; default: the task's SIZES")
     p.add_argument("--eval-every", type=common.positive_int, default=200,
                    help="steps between evaluations (greedy; the final one also samples --eval-k)")
     p.add_argument("--eval-size", type=common.positive_int, default=200,
                    help="held-out problems per size")
-    p.add_argument("--eval-k", type=int, default=8,
+    p.add_argument("--eval-k", type=common.nonnegative_int, default=8,
                    help="samples per problem for sampled accuracy/pass@k (0: none)")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--reward", default=None,
@@ -220,16 +221,6 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
 # -------------------------------------------------------------------------------------------------
 # Inputs, evaluation, checkpoints
 # -------------------------------------------------------------------------------------------------
-def parse_sizes(text, default, flag: str) -> list[int]:
-    if text is None:
-        return list(default)
-    try:
-        return [int(s) for s in str(text).split(",")]
-    except ValueError:
-        raise common.UsageError(f"{flag}: expected comma-separated integers, got {text!r}") \
-            from None
-
-
 @dataclass
 class Inputs:
     """Everything main() needs, checked before training starts."""
@@ -243,62 +234,27 @@ class Inputs:
     state: dict | None           # the trainer state of the checkpoint resumed from
 
 
-def check_args(args, parser) -> None:
-    """Flag values that argparse's types cannot check alone; UsageError naming the flag."""
-    missing = set(vars(parser.parse_args([]))) - set(vars(args))
-    if missing:  # --resume given a run folder of another script
-        raise common.UsageError(f"--resume {args.resume}: not a sft.py run (its config.json lacks "
-                                f"{', '.join(sorted(missing))})")
-    if args.warmup < 0 or args.eval_k < 0:
-        raise common.UsageError("--warmup and --eval-k must be >= 0")
-    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
-        raise common.UsageError(f"--weight-decay must be a finite number >= 0, "
-                                f"got {args.weight_decay}")
-    if args.model != common.TINY:
-        common.resolve_model_path(args.model)  # a bad path fails here, before a run folder is made
-
-
-def load_state(ckpt: str) -> dict:
-    """The checkpoint's trainer state, or UsageError naming what is missing or unreadable."""
-    try:
-        state = common.load_trainer_state(ckpt)
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise common.UsageError(f"checkpoint {ckpt}: unreadable trainer_state.pt "
-                                f"({type(e).__name__})") from None
-    keys = {"step", "optimizer", "scheduler", "rng"}
-    missing = keys - set(state) if isinstance(state, dict) else keys
-    if missing:
-        raise common.UsageError(f"checkpoint {ckpt}: trainer_state.pt lacks {sorted(missing)}")
-    return state
-
-
 def load_inputs(args, parser, device: str) -> Inputs:
     """Check every input (flags, data, checkpoint) and load it; bad input: one line, exit 2."""
     try:
-        check_args(args, parser)
+        if args.model != common.TINY:  # a bad path fails here, before a run folder is made
+            common.resolve_model_path(args.model)
         task = get_task(args.task)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise common.UsageError(f"unknown --reward {args.reward!r}; choose from "
                                     f"{', '.join(task.REWARD_VARIANTS)}")
-        sizes = parse_sizes(args.sizes, task.SIZES, "--sizes")
-        eval_sizes = parse_sizes(args.eval_sizes, task.SIZES, "--eval-sizes")
         rows = data_rows(args.data) if args.data else None
-        out = args.out or common.default_out_dir("sft", args.task)
-        ckpt, state = None, None
-        if args.resume:
-            ckpt = common.checkpoint_path(os.path.join(out, "checkpoint"))
-            if ckpt is None:
-                raise common.UsageError(f"--resume {args.resume}: no checkpoint to resume from")
-            state = load_state(ckpt)
+        args.out = args.out or common.default_out_dir("sft", args.task)
+        ckpt, state = common.resume_checkpoint(args, ("step", "optimizer", "scheduler", "rng"))
         if rows is not None:
             problems, completions, given = data_examples(task, rows, args.data)
         else:
-            problems, completions = task_demonstrations(task, sizes, args.train_size, args.seed,
-                                                        args.demo_steps)
+            problems, completions = task_demonstrations(task, args.sizes or task.SIZES,
+                                                        args.train_size, args.seed, args.demo_steps)
         eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                         for n in eval_sizes}
-        run = common.Run(out, vars(args), resume=bool(args.resume))
+                         for n in args.eval_sizes or task.SIZES}
+        run = common.Run(args.out, vars(args), resume=bool(args.resume))
         model_path = ckpt or common.resolve_model_path(args.model, run.dir)
         model, tokenizer = common.load_model(model_path, device=device)
         style = common.prompt_style(model, tokenizer)
@@ -321,14 +277,10 @@ def load_inputs(args, parser, device: str) -> Inputs:
 
 def run_eval(engine, inputs: Inputs, args, k: int) -> dict:
     """Held-out evaluation on each size: greedy, plus k samples at temperature 1 when k > 0."""
-    metrics = {}
     inputs.model.eval()
     engine.sync(inputs.model)  # vLLM: push the current weights; HF generate uses the model itself
-    for n, (problems, prompts) in inputs.eval_sets.items():
-        metrics.update(common.evaluate(engine, inputs.task, problems, prompts, k=k,
-                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens,
-                                       reward_variant=args.reward))
-    return metrics
+    return common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=k,
+                                 max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
 
 
 def save(inputs: Inputs, optimizer, scheduler, step: int) -> None:
@@ -371,25 +323,25 @@ def main(argv=None):
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16 and device == "cuda")
     bar = tqdm(total=args.steps, initial=step, desc="sft", dynamic_ncols=True)
     with common.StopOnInterrupt() as stop:
-        while step < args.steps:
+        for step in range(step, args.steps):
             # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
             rng = np.random.default_rng([args.seed, step])
             batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]
             row = sft_step(model, optimizer, scheduler, batch, args, inputs.tokenizer.pad_token_id,
                            step, autocast)
-            step += 1
+            done = step + 1  # steps taken
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")
-            evaluate = step % args.eval_every == 0 or step == args.steps
+            evaluate = done % args.eval_every == 0 or done == args.steps
             if evaluate:
-                row.update(run_eval(engine, inputs, args, args.eval_k if step == args.steps else 0))
-                tqdm.write(f"step {step}: loss {row['loss']:.4f}  {summary(row)}")
-            run.log(step, row)
+                row.update(run_eval(engine, inputs, args, args.eval_k if done == args.steps else 0))
+                tqdm.write(f"step {done}: loss {row['loss']:.4f}  {summary(row)}")
+            run.log(done, row)
             if evaluate or stop.requested:
-                save(inputs, optimizer, scheduler, step)
+                save(inputs, optimizer, scheduler, done)
             if stop.requested:
                 bar.close()
-                common.exit_interrupted("sft.py", run.dir, step)
+                common.exit_interrupted("sft.py", run.dir, done)
     bar.close()
     common.save_checkpoint(run.path("final"), model, inputs.tokenizer)
     engine.close()
