@@ -2,14 +2,14 @@
 
 Only what every script needs and nothing algorithm-specific:
 
-  1. bad input -> one-line error, exit status 2          (UsageError, positive_int, ...)
+  1. the shared run flags; bad input -> one line, exit 2 (add_run_flags, int_list, UsageError)
   2. seeding and CPU threads                               (setup)
   3. models: the built-in `tiny` model, any HF model       (build_tiny_model, load_model)
   4. prompts through the task and the chat template        (encode_prompts)
   5. log-probs of given completions                        (completion_logprobs)
   6. generation engines: ours, HF generate, vLLM          (KVEngine, HFEngine, VLLMEngine)
-  7. evaluation shared by every script                     (evaluate)
-  8. run folders, JSONL metrics, atomic checkpoints        (Run, save_checkpoint, checkpoint_path)
+  7. problems and the evaluation every script reports     (task_problems, evaluate_sizes)
+  8. run folders, JSONL metrics, atomic checkpoints        (Run, save_checkpoint, resume_checkpoint)
   9. faults: files read, non-finite values, Ctrl-C         (read_jsonl, check_finite, ...)
 
 Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never
@@ -45,7 +45,7 @@ _set_num_threads = torch.set_num_threads
 
 
 # --------------------------------------------------------------------------------------------------
-# 1. Bad input
+# 1. Flags and bad input
 # --------------------------------------------------------------------------------------------------
 class UsageError(Exception):
     """Bad input from the user (a flag, a path, a data file): scripts print one line and exit 2."""
@@ -872,7 +872,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
 
 
 # --------------------------------------------------------------------------------------------------
-# 7. Evaluation
+# 7. Problems and evaluation
 # --------------------------------------------------------------------------------------------------
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""

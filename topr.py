@@ -5,17 +5,17 @@
 [CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning" (§3.3 rewards, §3.6 Eq. 4).
 
 Each stored sample is (x, y, R, LP_mu), with LP_mu the sequence log-prob of the distribution that
-actually sampled y. With lw = sg(LP(y)) - LP_mu(y) and the split s (0 in [TOPR], 1 in [CR] Eq. 4):
+actually sampled y. Canonical TOPR ([TOPR] Eq. 8, `topr_loss`), per minibatch of N samples:
 
-    (a, b) = (a+, b+) if R - c >= s else (a-, b-)              ([TOPR] Eq. 7: the sets T+ and T-)
-    alpha  = exp(clamp(lw, ln a, ln b))                        (truncated ratio [pi/mu]_a^b)
-    loss   = -mean_i sg(alpha_i) (R_i - c) LP(y_i) / T_i       (Algorithm 1, `--loss-norm seq/len`)
+    J = 1/N [ sum_{T+} R_i log pi(y_i)  +  sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) R_i log pi(y_i) ]
 
-Canonical TOPR ([TOPR] Eq. 8): a+ = b+ = 1 (positives: a plain reward-weighted SFT step),
-a- = 0, b- = 1 (negatives: truncated importance sampling, so a negative's push fades once
-pi(y) < mu(y)). Its surrogate objective (Eq. 11, `taper`) is bounded above (Prop. 3.2); naive
-REINFORCE (alpha = 1 everywhere, Eq. 4) is not: it gains without limit by driving any negative's
-probability to 0. `--loss` picks the named limits of Table 1.
+T+ = {R - c >= s}, T- the rest (Eq. 7's sets; split s = 0 in [TOPR], 1 in [CR] Eq. 4): positives
+get a plain reward-weighted SFT step; a negative's push fades once pi(y) < mu(y). The ratio is
+formed in log space and each log pi(y) divided by its length (Algorithm 1, `--loss-norm seq/len`).
+Its surrogate objective (Eq. 11, the taper: tests/test_topr.py) is bounded above (Prop. 3.2);
+naive REINFORCE (ratio 1 everywhere, Eqs. 3-4) is not: it gains without limit by driving any
+negative's probability to 0. `--loss` picks the other methods of Table 1 (`truncated_loss`: Eq. 7
+with [pi/mu]_a+^b+ on T+ and [pi/mu]_a-^b- on T-).
 
 The baseline c is not neutral off-policy (Eqs. 9-10, Prop. 3.1): it re-weights the dataset. The
 script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several reward levels:
