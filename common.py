@@ -31,6 +31,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -144,8 +145,10 @@ def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micr
                   sizes_help: str = "the task's SIZES") -> None:
     """The flags every RL script shares (the algorithm's own flags stay in the script)."""
     p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="sft",
-                   help="`sft` (the newest sft.py run of --task), a folder or a hub id; pi_ref")
+    p.add_argument("--model", default=None,
+                   help="the start and reference model pi_ref: a folder, a hub id, or `sft` (the "
+                        "newest sft.py run of --task); default: that run, trained first with "
+                        "sft.py's defaults where there is none")
     p.add_argument("--out", default=None, help="run folder (default runs/SCRIPT-TASK-TIME)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     p.add_argument("--time-limit", type=positive_float, default=None, metavar="MIN",
@@ -282,13 +285,16 @@ def _set_tokenizer_class(path: str) -> None:
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def resolve_model_path(name_or_path: str, run_dir: str | None = None,
+def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
                        task: str | None = None) -> str:
     """The folder or hub id to load, or UsageError.
 
     "tiny"  -> build the tiny model (in the run folder);  "sft" -> the final model of the newest
-    sft.py run of `task` (runs/sft-*/final);  a folder -> itself;  a hub id ("org/name") -> itself.
+    sft.py run of `task` (runs/sft-*/final);  None -> the same, trained first by
+    `python sft.py --task TASK` where there is none;  a folder -> itself;  a hub id -> itself.
     """
+    if name_or_path is None:
+        return latest_sft_model(task, train_first=True)
     if name_or_path == TINY:
         path = os.path.join(run_dir or ".", "tiny-init")
         if not os.path.exists(os.path.join(path, "config.json")):
@@ -306,8 +312,10 @@ def resolve_model_path(name_or_path: str, run_dir: str | None = None,
     return name_or_path  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
 
-def latest_sft_model(task: str | None, runs: str = "runs") -> str:
-    """The `final/` model of the most recent finished sft.py run on `task` under `runs/`."""
+def latest_sft_model(task: str | None, runs: str = "runs", train_first: bool = False) -> str:
+    """The `final/` model of the most recent finished sft.py run on `task` under `runs/`; with
+    `train_first`, where there is none, `python sft.py --task TASK` (its defaults, its own run
+    folder) is run first."""
     found = []
     for final in glob.glob(os.path.join(runs, "sft-*", "final", "config.json")):
         run_dir = os.path.dirname(os.path.dirname(final))
@@ -317,10 +325,17 @@ def latest_sft_model(task: str | None, runs: str = "runs") -> str:
                     found.append(os.path.dirname(final))
         except (OSError, json.JSONDecodeError):
             continue
-    if not found:
+    if found:
+        return max(found, key=os.path.getmtime)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sft.py")
+    if not (train_first and os.path.exists(script)):
         raise UsageError(f"no finished sft.py run of task {task} under {runs}/: "
                          f"run `python sft.py --task {task}` first, or pass --model")
-    return max(found, key=os.path.getmtime)
+    print(f"no finished sft.py run of task {task} under {runs}/: training one first with "
+          f"`python sft.py --task {task}`", flush=True)
+    if subprocess.run([sys.executable, script, "--task", str(task)]).returncode != 0:
+        raise UsageError(f"`python sft.py --task {task}` failed: see its output above")
+    return latest_sft_model(task, runs)
 
 
 def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
@@ -1050,6 +1065,8 @@ def resumed_args(args, parser):
     if foreign:
         parser.error(f"--resume {args.resume}: config.json has flags this script does not know "
                      f"({', '.join(foreign[:5])}): a run of another script or version")
+    if saved.get("model") in (None, "sft") and saved.get("model_path"):
+        saved["model"] = saved["model_path"]  # the model the run started from, not a newer one
     saved = {k: v for k, v in saved.items() if k in known}
     lists = {a.dest for a in parser._actions if a.type is int_list}
     for k in lists & {k for k, v in saved.items() if isinstance(v, str)}:

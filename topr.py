@@ -510,7 +510,7 @@ def evaluate(engine, inp: Inputs, args, step: int) -> dict:
                                        reward_variant=variant))
     tqdm.write(f"step {step}: " + "  ".join(
         f"{k}={v:.3f}" for k, v in metrics.items()
-        if k.endswith(("sampled/accuracy", "greedy/format_rate"))))
+        if k.endswith("accuracy")))
     return metrics
 
 

@@ -203,6 +203,33 @@ def test_bad_model_paths_are_usage_errors(tmp_path):
     assert common.resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
 
 
+def test_the_default_model_trains_an_sft_run_first_where_there_is_none(tmp_path, monkeypatch,
+                                                                        capsys):
+    """--model left out on a fresh clone: one line, then `python sft.py --task T` in its own run
+    folder, then its final model; `--model sft` explicitly still stops with the one-line error."""
+    import subprocess
+    monkeypatch.chdir(tmp_path)  # no runs/ here
+    calls = []
+
+    def fake_sft(argv, *a, **k):  # stands in for sft.py: leaves a finished run behind
+        calls.append(argv[1:])
+        final = tmp_path / "runs" / "sft-countdown-1" / "final"
+        final.mkdir(parents=True)
+        (final / "config.json").write_text("{}")
+        (final.parent / "config.json").write_text(json.dumps({"task": "countdown"}))
+        return subprocess.CompletedProcess(argv, 0)
+    monkeypatch.setattr(common.subprocess, "run", fake_sft)
+    with pytest.raises(common.UsageError, match="no finished sft.py run"):
+        common.resolve_model_path("sft", task="countdown")
+    assert calls == []
+    path = common.resolve_model_path(None, task="countdown")
+    assert path == os.path.join("runs", "sft-countdown-1", "final")
+    assert calls == [[os.path.join(os.path.dirname(common.__file__), "sft.py"), "--task",
+                      "countdown"]]
+    assert "training one first with `python sft.py --task countdown`" in capsys.readouterr().out
+    assert common.resolve_model_path(None, task="countdown") == path and len(calls) == 1
+
+
 def test_prompts_use_the_compact_form_for_the_tiny_model(tiny):
     model, tok = tiny
     style = common.prompt_style(model, tok)

@@ -665,9 +665,11 @@ def test_damaged_checkpoint_on_resume_gives_one_line_and_status_2(damage, straig
 
 
 def test_missing_sft_model_gives_status_2(tmp_path, monkeypatch, capsys):
+    """`--model sft` asks for an existing sft.py run (left out, one is trained first:
+    tests/test_common.py)."""
     monkeypatch.chdir(tmp_path)  # no runs/ here
     with pytest.raises(SystemExit) as e:
-        topr.main([])
+        topr.main(["--model", "sft"])
     assert e.value.code == 2
     assert "no finished sft.py run" in capsys.readouterr().err
 
