@@ -67,9 +67,12 @@ LIMITS = {
 }
 # +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
-# --report-variant: [CR]'s TOPR setting, [CR] Eq. 4 on one dataset sampled from the SFT model.
+# --report-variant: [CR]'s TOPR setting (§4.1: 1,000 completions of the SFT model at T = 0.15,
+# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 (Eq. 4).
+# The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on data sampled from A's model.
 REPORT_SETTING = {"c": 0.0, "split": 1.0, "iterations": 1, "prompts": 1000, "n": 1, "epochs": 2,
-                  "batch_size": 32}
+                  "batch_size": 32, "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq",
+                  "lr": 1e-4}
 NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale"
 
 
@@ -212,8 +215,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=common.positive_float, default=1e-4,
                    help="AdamW lr, constant ([TOPR]); 1e-4 was best in [CR] §5.2")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
-                   help="[CR]'s TOPR run with this reward (docs/PAPERS.md): c 0, split 1, one "
-                        "dataset of 1,000 completions, batch 32, 2 epochs (flags given win)")
+                   help="[CR]'s TOPR run with this reward (REPORT_SETTING, docs/PAPERS.md); "
+                        "flags given explicitly win")
     common.add_run_flags(p, eval_every=0, save_every=100, micro_batch=64,
                          micro_help="samples per forward/backward pass: memory only, same "
                                     "gradient",
@@ -222,6 +225,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults
         p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
+        if args.report_variant == "A+B":  # variant_at: A in the first round, B in the second
+            p.set_defaults(iterations=2)
         args = p.parse_args(argv)
     c, split = default_baseline(args.reward)  # the reward's baseline and split, unless given
     p.set_defaults(c=c, split=split)

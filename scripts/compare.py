@@ -59,7 +59,7 @@ ROWS = {
     "agro (off-policy)": ("agro.py", ["--mode", "offpolicy", "--offline-prompts", "512"], True),
     "spo": ("spo.py", [], True),
 }
-# [CR] Tables 1 and 2: "average score" (mean reward) with Qwen2.5-0.5B-Instruct, T = 0.15 decoding.
+# [CR] Tables 1 and 2: "average score" (mean reward) with the base Qwen2.5-0.5B, T = 0.15 decoding.
 REPORT_TABLE1 = {"sft": 0.3385, "rloo": 0.2140, "topr (report: original)": 0.2270,
                  "topr (report: A)": 0.4060, "topr (report: A then B)": 0.4849}
 REPORT_TABLE2 = {"rloo": 0.129, "topr (report: A)": 0.2656, "topr (report: A then B)": 0.1458}
@@ -297,7 +297,7 @@ def report_section(results: dict, first: int) -> str:
     report += [f"| {n} | {REPORT_TABLE1[n]} | {REPORT_TABLE2.get(n, '')} |" for n in REPORT_TABLE1]
     return f"""## The course report's own figures
 
-[CR] Tables 1 and 2 report the mean reward of Qwen2.5-0.5B-Instruct under its decoding; hold them
+[CR] Tables 1 and 2 report the mean reward of the base Qwen2.5-0.5B under its decoding; hold them
 beside the "[CR] decoding reward" column above (our model is a 1M-parameter character-level model,
 so levels differ; the order of rows is what can agree).
 

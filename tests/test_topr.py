@@ -229,12 +229,17 @@ def test_task_rewards_default_to_the_reports_eq4():
 
 @pytest.mark.parametrize("variant", ["original", "A", "A+B"])
 def test_report_variant_is_one_command_for_eq4_in_the_reports_setting(variant, tiny_path, capsys):
-    """--report-variant V: reward V, c = 0, split 1 ([CR] Eq. 4), one dataset of 1,000 completions,
-    batch 32, two epochs; an explicit flag wins; a different --reward is refused."""
+    """--report-variant V: reward V, c = 0, split 1 and whole-sequence log pi ([CR] Eq. 4), a
+    dataset of 1,000 completions at T = 0.15, top-p 0.85 (§4.1), batch 32, two epochs (A+B: a round
+    of A, then a round of B on data sampled from A's model); an explicit flag wins; a different
+    --reward is refused."""
     args = topr.parse_args(["--report-variant", variant])[1]
-    assert (args.reward, args.c, args.split) == (variant, 0.0, 1.0)
+    assert (args.reward, args.c, args.split, args.loss_norm) == (variant, 0.0, 1.0, "seq")
     assert (args.iterations, args.prompts * args.n, args.batch_size, args.epochs) == (
-        1, 1000, 32, 2)
+        2 if variant == "A+B" else 1, 1000, 32, 2)
+    assert (args.temperature, args.top_p) == (0.15, 0.85)
+    if variant == "A+B":
+        assert [topr.variant_at("A+B", e, 4) for e in range(4)] == ["A", "A", "B", "B"]
     assert topr.parse_args(["--report-variant", variant, "--epochs", "4"])[1].epochs == 4
     with pytest.raises(SystemExit) as e:
         topr.main(["--report-variant", variant, "--reward", "B", "--model", tiny_path])
