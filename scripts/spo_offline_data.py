@@ -30,7 +30,7 @@ def main(argv=None):
     p.add_argument("--model", required=True, help="`sft`, a folder or a hub id")
     p.add_argument("--out", required=True, help="JSONL file to write")
     p.add_argument("--task", default="countdown")
-    p.add_argument("--sizes", type=spo.sizes_list, default=None,
+    p.add_argument("--sizes", type=common.int_list, default=None,
                    help="difficulty levels, comma-separated (Countdown: numbers a puzzle); "
                         "default: the task's SIZES")
     p.add_argument("--train-prompts", type=common.positive_int, default=256,
