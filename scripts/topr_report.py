@@ -13,6 +13,8 @@ greedy and sampled at T = 1, 3- and 4-number puzzles, mean +- sd over seeds, and
   exp. 2     mu sampled at T = 1, top-p 1 instead of T = 0.15, top-p 0.85 (reward original)
   exp. 3     A then B (two rounds) against two rounds of A alone; the A+B row's curve is logged
              every 16 steps (RUN/metrics.jsonl)
+  defaults   topr.py's own defaults (6 rounds of 500 prompts x 8 from pi_{i-1}, pm1, c = -0.8)
+             at three learning rates, the sweep its --lr default comes from, and 10 rounds
 """
 import argparse
 import json
@@ -36,6 +38,10 @@ ROWS = {  # name: (flags, the sentence the row tests)
     "exp 2: mu at T = 1": (["--report-variant", "original", "--temperature", "1", "--top-p", "1"],
                            "T = 0.15 against T = 1"),
     "exp 3: A, two rounds": (["--report-variant", "A", "--iterations", "2"], "does B add to A"),
+    "defaults, lr 1e-4": (["--lr", "1e-4"], "topr.py's --lr"),
+    "defaults, lr 5e-5": (["--lr", "5e-5"], "topr.py's --lr"),
+    "defaults, lr 3e-5": (["--lr", "3e-5"], "topr.py's --lr"),
+    "defaults, lr 5e-5, 10 rounds": (["--lr", "5e-5", "--iterations", "10"], "more rounds"),
 }
 # [CR] Table 1: "average score" (mean reward at T = 0.15 decoding) of the base Qwen2.5-0.5B.
 CR_TABLE1 = {"sft": 0.3385, "report: original": 0.2270, "report: A": 0.4060,
@@ -47,7 +53,8 @@ KEYS = [("eval3/greedy/accuracy", "3: greedy"), ("eval3/sampled/accuracy", "3: T
 def run(name: str, seed: int, args) -> dict:
     """One topr.py run (or the one already finished in its folder): its first and last
     evaluation rows."""
-    out = os.path.join(args.out, f"{name.replace(' ', '_').replace(':', '')}-s{seed}")
+    slug = "".join(c for c in name.replace(" ", "_") if c.isalnum() or c in "_-.")
+    out = os.path.join(args.out, f"{slug}-s{seed}")
     if not os.path.exists(os.path.join(out, "final", "config.json")):
         subprocess.run(["rm", "-rf", out])
         cmd = [sys.executable, "topr.py", "--model", args.sft, "--seed", str(seed), "--threads",
