@@ -112,6 +112,9 @@ def main():
               "| 3: greedy | " + " | ".join(
                   f"{100 * statistics.mean(run['curve'][i][KEYS[0][0]] for run in curve):.1f}"
                   for i in range(len(curve[0]["curve"]))) + " |"]
+    notes = os.path.splitext(args.doc)[0] + "-notes.md"  # the hand-written reading, appended
+    if os.path.exists(notes):
+        lines += ["", open(notes).read().rstrip()]
     with open(args.doc, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
