@@ -14,7 +14,8 @@ greedy and sampled at T = 1, 3- and 4-number puzzles, mean +- sd over seeds, and
   exp. 3     A then B (two rounds) against two rounds of A alone; the A+B row's curve is logged
              every 16 steps (RUN/metrics.jsonl)
   defaults   topr.py's own defaults (6 rounds of 500 prompts x 8 from pi_{i-1}, pm1, c = -0.8)
-             at three learning rates, the sweep its --lr default comes from, and 10 rounds
+             at three learning rates (the sweep its --lr default comes from), and at 5e-5 with
+             10 rounds, c = -0.5, mu at T = 0.7, or 1,000 prompts x 4 samples a round
 """
 import argparse
 import json
@@ -42,6 +43,11 @@ ROWS = {  # name: (flags, the sentence the row tests)
     "defaults, lr 5e-5": (["--lr", "5e-5"], "topr.py's --lr"),
     "defaults, lr 3e-5": (["--lr", "3e-5"], "topr.py's --lr"),
     "defaults, lr 5e-5, 10 rounds": (["--lr", "5e-5", "--iterations", "10"], "more rounds"),
+    "defaults, lr 5e-5, c = -0.5": (["--lr", "5e-5", "--c", "-0.5"], "topr.py's --c"),
+    "defaults, lr 5e-5, mu at T = 0.7": (["--lr", "5e-5", "--temperature", "0.7"],
+                                         "topr.py's --temperature"),
+    "defaults, lr 5e-5, 1000 prompts x 4": (["--lr", "5e-5", "--prompts", "1000", "--n", "4"],
+                                            "topr.py's --prompts / --n"),
 }
 # [CR] Table 1: "average score" (mean reward at T = 0.15 decoding) of the base Qwen2.5-0.5B.
 CR_TABLE1 = {"sft": 0.3385, "report: original": 0.2270, "report: A": 0.4060,
