@@ -59,7 +59,6 @@ Run:  python agro.py --mode offpolicy --model runs/sft-countdown-.../final      
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -344,13 +343,9 @@ def make_group(task, reward, problem, prompt_ids, ids, texts, sampler_logprobs=N
 
 def write_offline(path, problems, groups):
     """Offline groups as JSONL (task fields + completions + finished), written atomically."""
-    with open(path + ".tmp", "w") as f:
-        for problem, group in zip(problems, groups):
-            f.write(json.dumps({**problem, "completions": [s.text for s in group],
-                                "finished": [s.finished for s in group]}) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    common.write_jsonl_atomic(path, [{**problem, "completions": [s.text for s in group],
+                                      "finished": [s.finished for s in group]}
+                                     for problem, group in zip(problems, groups)])
 
 
 def read_offline(path, task, n) -> list[OfflineRow]:

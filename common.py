@@ -1215,6 +1215,16 @@ def write_json_atomic(path: str, obj, **dump_kwargs) -> None:
     os.replace(tmp, path)
 
 
+def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
+    """JSON lines, one a row, written as write_json_atomic writes (a temporary sibling renamed)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def check_finite(step: int, hint: str, **values: float) -> None:
     """Stop the run (exit status 1) if a loss or gradient norm is nan or inf.
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import os
 import pickle
@@ -303,15 +302,6 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
     return table
 
 
-def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
-    """JSON lines into a temporary sibling, then renamed: a reader never sees half a file."""
-    with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
-
-
 def estimate_q0(engine, task, pool, prompts, table, made_with, cache_file, args, stop) -> None:
     """Count successes of --q0-samples completions of pi_0 at temperature 1 for each problem of
     `pool` not in `table`, chunk by chunk; the cache is rewritten atomically after each chunk, and
@@ -329,7 +319,7 @@ def estimate_q0(engine, task, pool, prompts, table, made_with, cache_file, args,
         for i, group in zip(todo, engine.generate([prompts[i] for i in todo], sc)):
             wins = sum(task.is_correct(pool[i], s.text) for s in group)
             table[keys[i]] = {"key": keys[i], "successes": wins, **made_with}
-        write_jsonl_atomic(cache_file, list(table.values()))
+        common.write_jsonl_atomic(cache_file, list(table.values()))
         if stop.requested:
             return
 
@@ -559,7 +549,7 @@ def q0_hat(engine, ref_model, inputs: Inputs, data: Data, run, args, stop) -> to
         table.update(read_q0_cache(cache_file, made_with))
     engine.sync(ref_model)  # sample pi_0 itself
     estimate_q0(engine, task, inputs.pool, data.prompts, table, made_with, cache_file, args, stop)
-    write_jsonl_atomic(cache_file, list(table.values()))
+    common.write_jsonl_atomic(cache_file, list(table.values()))
     if stop.requested:
         common.exit_interrupted("spo.py", run.dir, 0)
     counts = torch.tensor([table[task.problem_key(p)]["successes"] for p in inputs.pool])

@@ -42,7 +42,6 @@ Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -340,12 +339,7 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
 
 def write_rows(path: str, rows: list[dict]) -> None:
     """Atomic: a crash mid-write never leaves a half file that --resume would trust."""
-    with open(path + ".tmp", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
+    common.write_jsonl_atomic(path, rows)
 
 
 def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:

@@ -181,7 +181,7 @@ def depth2(seed=0, V=3, beta=0.3, n=3):
     loss = agro.agro_loss(lp[flat] * scale, mask, w.reshape(-1))
     got = [-x for x in torch.autograd.grad(loss, th)]
     err = max((a - b).abs().max().item() for a, b in zip(got, target))
-    print(f"on-policy AGRO (Eqs. 5-6, lambda_LR 1, v = var): d theta_1 = "
+    print("on-policy AGRO (Eqs. 5-6, lambda_LR 1, v = var): d theta_1 = "
           + ", ".join(f"{x:+.6f}" for x in got[0].tolist())
           + f"; max err vs -(1/beta) grad L_on {err:.1e} (not grad J: same optimum, other path)")
 

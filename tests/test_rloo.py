@@ -161,7 +161,7 @@ def test_rloo_step_on_a_hand_checked_case():
     beta = 1/2: R = r - beta h = (1, l), A = (1 - l, l - 1), loss = -(A1 (-2l) + A2 (-4l))/2 = -l
     (1 - l). The wrong sign (r + beta h) would give -l (1 + l). One SGD step (lr 1) moves the row of
     token 0, which only y2's second token uses, by -grad = A2/2 * (onehot(0) - 1/4)."""
-    l = math.log(2)
+    l = math.log(2)  # noqa: E741 (the docstring's l)
     model = _Bigram(torch.zeros(4, 4))
     ref = _Bigram(
         torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4, 1)).requires_grad_(False)

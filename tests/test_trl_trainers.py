@@ -1,6 +1,5 @@
 """trl_trainers.py: the TRL trainers compute the single-file scripts' losses and gradients, learn,
 and agree across two processes. Needs requirements-trl.txt (skipped without trl)."""
-import json
 import math
 import os
 import subprocess
