@@ -31,11 +31,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its runner, JSON files, machine and commit lines)
 from compare import common, get_task  # noqa: E402
 
-# name -> (script, flags): each script's defaults (agro: off-policy, its default mode) without its
+# name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
 # of its lr decay, and stands at its final weights once it has made them
 ROWS = {"rloo": ("rloo.py", []), "topr": ("topr.py", ["--iterations", "1000"]),
-        "agro": ("agro.py", ["--steps", "1000000"]), "spo": ("spo.py", ["--steps", "1000000"])}
+        "agro": ("agro.py", ["--steps", "1000000"]),
+        "agro-onpolicy": ("agro.py", ["--mode", "onpolicy", "--steps", "1000000"]),
+        "spo": ("spo.py", ["--steps", "1000000"])}
 START, END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 
 

@@ -1,0 +1,150 @@
+"""Where agro.py's and spo.py's defaults come from: short runs of each setting beside rloo.py.
+
+    python scripts/agro_spo_sweep.py --sft runs/sft-countdown-TIME/final        # ~45 min, 2 cores
+
+Every row is one command from the same SFT checkpoint, `--time-limit` minutes of wall clock
+(default 5: loading, reference samples, SPO's Q0 estimate and the run's own evaluations included),
+two runs side by side on one thread each, seed 0 unless --seeds says more. The table
+(docs/RESULTS-agro-spo.md) gives each run's held-out accuracy at its end, greedy and sampled at
+T = 1 on 3- and 4-number puzzles, pass@8, its gain in sampled points as a share of rloo.py's, the
+optimizer steps it took and its KL to the SFT model; the hand-written reading
+(RESULTS-agro-spo-notes.md) is appended, and the time-to-accuracy block that
+`scripts/time_to_accuracy.py --results` writes into the same file is kept. An interrupted sweep
+keeps its finished runs.
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROWS = {  # name: (script, flags, what the row tests)
+    "rloo": ("rloo.py", [], "the reference"),
+    "spo-b0.5": ("spo.py", ["--beta", "0.5"], "spo.py's former default"),
+    "spo-b0.087": ("spo.py", ["--beta", "0.087"], "the paper's beta, 1/ln 1e5"),
+    "spo-b0.087-p1024-q16": ("spo.py", ["--beta", "0.087", "--train-prompts", "1024",
+                                        "--q0-samples", "16"],
+                             "4x the prompts, 1/4 the Q0 samples"),
+    "agro-off-b0.3": ("agro.py", [], "agro.py's former off-policy default (3-number puzzles)"),
+    "agro-off-b0.1-s34": ("agro.py", ["--beta", "0.1", "--sizes", "3,4", "--eval-every", "50"],
+                          "off-policy, smaller beta, both sizes"),
+    "agro-on-b0.5-default": ("agro.py", ["--mode", "onpolicy", "--eval-every", "50"],
+                             "agro.py's former on-policy default (beta 0.5, lambda_LR 1)"),
+    "agro-on-b0.05-k0": ("agro.py", ["--mode", "onpolicy", "--beta", "0.05", "--lambda-lr", "0",
+                                     "--sizes", "3,4", "--eval-every", "50"],
+                         "on-policy, no g_LR (= RLOO with the KL in the reward, §8.1)"),
+    "agro-on-b0.05-k0.25": ("agro.py", ["--mode", "onpolicy", "--beta", "0.05", "--lambda-lr",
+                                        "0.025", "--sizes", "3,4", "--eval-every", "50"],
+                            "on-policy, g_LR at lambda_LR = beta / 2"),
+    "agro-on-b0.05-k0.25-lr1.2e-4": ("agro.py", ["--mode", "onpolicy", "--beta", "0.05",
+                                                 "--lambda-lr", "0.025", "--sizes", "3,4",
+                                                 "--eval-every", "50", "--lr", "1.2e-4"],
+                                     "on-policy at twice the lr"),
+    "agro-on-b0.05-k0.25-p64n4": ("agro.py", ["--mode", "onpolicy", "--beta", "0.05",
+                                              "--lambda-lr", "0.025", "--sizes", "3,4",
+                                              "--eval-every", "50", "--prompts", "64", "--n", "4"],
+                                  "on-policy, rloo.py's 64 prompts x 4"),
+    "agro-off-b0.3-s34": ("agro.py", ["--sizes", "3,4", "--eval-every", "50"],
+                          "off-policy at beta 0.3, both sizes"),
+    "spo-b0.2": ("spo.py", ["--beta", "0.2"], "beta between the paper's and 0.5"),
+    "spo-b0.087-lr1.2e-4": ("spo.py", ["--beta", "0.087", "--lr", "1.2e-4"],
+                            "the paper's beta at twice the lr"),
+}
+TIME_START, TIME_END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
+KEYS = [("eval3/greedy/accuracy", "3: greedy"), ("eval3/sampled/accuracy", "3: T=1"),
+        ("eval4/greedy/accuracy", "4: greedy"), ("eval4/sampled/accuracy", "4: T=1"),
+        ("eval3/pass@8", "3: pass@8"), ("eval4/pass@8", "4: pass@8")]  # [SPO]'s diversity claim
+
+
+def run(name: str, seed: int, args) -> dict:
+    """One run (or the finished one in its folder): its first and last evaluations, its steps."""
+    out = os.path.join(args.out, name if seed == 0 else f"{name}-s{seed}")
+    if not os.path.exists(os.path.join(out, "final", "config.json")):
+        subprocess.run(["rm", "-rf", out])
+        script, flags, _ = ROWS[name]
+        cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads", "1",
+               "--time-limit", f"{args.minutes:g}", "--out", out, *flags]
+        with open(out + ".log", "w") as log:
+            subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    evals = [r for r in rows if KEYS[0][0] in r]
+    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"]}
+
+
+def mean(values: list[float]) -> float:
+    return statistics.mean(values)
+
+
+def cell(values: list[float]) -> str:
+    sd = f" ± {100 * statistics.stdev(values):.1f}" if len(values) > 1 else ""
+    return f"{100 * mean(values):.1f}{sd}"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sft", required=True, help="the SFT checkpoint every row starts from")
+    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of the rows")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--minutes", type=float, default=5.0, help="wall clock of each run")
+    p.add_argument("--out", default=os.path.join("runs", "agro-spo-sweep"))
+    p.add_argument("--doc", default=os.path.join("docs", "RESULTS-agro-spo.md"))
+    args = p.parse_args()
+    names = args.rows.split(",")
+    unknown = [n for n in names if n not in ROWS]
+    if unknown or "rloo" not in names:
+        p.error(f"--rows: unknown {unknown}; choose from {', '.join(ROWS)} (rloo included)")
+    args.out, args.sft = os.path.abspath(args.out), os.path.abspath(args.sft)
+    os.makedirs(args.out, exist_ok=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    jobs = [(name, s) for name in names for s in seeds]
+    with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
+        done = list(pool.map(lambda job: run(*job, args), jobs))
+    results = {}
+    for (name, _), r in zip(jobs, done):
+        results.setdefault(name, []).append(r)
+    sampled = [k for k, label in KEYS if "T=1" in label]
+    start = {k: mean([r["first"][k] for r in results["rloo"]]) for k, _ in KEYS}
+    rloo_gain = {k: mean([r["last"][k] for r in results["rloo"]]) - start[k] for k in sampled}
+    lines = ["# agro.py and spo.py beside rloo.py: the runs their defaults come from", "",
+             f"Generated by `python scripts/agro_spo_sweep.py --sft SFT --seeds {args.seeds} "
+             f"--minutes {args.minutes:g}` (SFT: `{os.path.relpath(args.sft, ROOT)}`); do not "
+             f"edit. Each run: {args.minutes:g} minutes of wall clock, one thread, two runs side "
+             "by side; held-out accuracy (%) at its end, 200 problems a size, sampled = 8 samples "
+             "at T = 1 (pass@8 from the same 8); mean ± sd over seeds. \"% of rloo\" is the "
+             "run's gain in sampled points over the SFT model as a share of rloo.py's (3 / 4 "
+             "numbers).", "",
+             "| row | " + " | ".join(label for _, label in KEYS)
+             + " | % of rloo | steps | KL to SFT | tests |", "|---" * (len(KEYS) + 5) + "|",
+             "| SFT (start) | " + " | ".join(f"{100 * start[k]:.1f}" for k, _ in KEYS)
+             + " | | | | |"]
+    for name, runs in results.items():
+        share = " / ".join(
+            f"{100 * (mean([r['last'][k] for r in runs]) - start[k]) / rloo_gain[k]:.0f}"
+            if rloo_gain[k] > 0 else "-" for k in sampled)
+        kl = [r["last"]["kl_to_ref"] for r in runs if "kl_to_ref" in r["last"]]
+        lines.append(f"| {name} | " + " | ".join(cell([r["last"][k] for r in runs])
+                                                 for k, _ in KEYS)
+                     + f" | {share} | {mean([r['steps'] for r in runs]):.0f} | "
+                     + (f"{mean(kl):.2f}" if kl else "") + f" | {ROWS[name][2]} |")
+    lines += ["", "Commands (each with `--model SFT --seed S --threads 1 --time-limit "
+              f"{args.minutes:g}`):", ""]
+    lines += [f"- {name}: `python {shlex.join([ROWS[name][0], *ROWS[name][1]])}`"
+              for name in results]
+    notes = os.path.splitext(args.doc)[0] + "-notes.md"  # the hand-written reading, appended
+    if os.path.exists(notes):
+        lines += ["", open(notes).read().rstrip()]
+    if os.path.exists(args.doc):  # keep the block scripts/time_to_accuracy.py writes here
+        old = open(args.doc).read()
+        if TIME_START in old and TIME_END in old:
+            lines += ["", old[old.index(TIME_START):old.index(TIME_END) + len(TIME_END)]]
+    with open(args.doc, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
