@@ -49,9 +49,11 @@ AGRO needs no behaviour log-probs, so file completions are simply re-tokenised.
 
 On-policy threshold (docs/DERIVATIONS.md): with rewards {a, b} and success rate p at
 pi = pi_ref, the expected on-policy AGRO update raises a correct answer's probability only if
-p > 1/2 - beta/|a - b|; below it, the lambda_LR term pushes rarely-solved prompts towards never
-being solved (a zero-variance policy). scripts/agro_threshold.py counts the training prompts
-below it. beta is per SEQUENCE: the paper's beta ~ 1/T (§8.3) would sit far below it here.
+p > 1/2 - beta/(lambda_LR |a - b|); below it, the g_LR term pushes rarely-solved prompts towards
+never being solved (a zero-variance policy). At the paper's lambda_LR = 1 and a small beta most
+Countdown prompts are below it (scripts/agro_threshold.py counts them) and the tiny model
+collapses; agro.py's default lambda_LR = beta/2 puts the threshold at 1/2 - 2/|a - b| < 0 for
+0/1 rewards, whatever beta, and keeps g_LR at a quarter of the pathwise term's scale.
 
 Run:  python agro.py --mode offpolicy --model runs/sft-countdown-.../final         (CPU, minutes)
       python agro.py --mode onpolicy  --model runs/sft-countdown-.../final --engine vllm  (GPU)
@@ -84,12 +86,14 @@ def parse_args(argv=None):
                         "per-token KL on offline groups (§8.2), sequence KL in a detached reward "
                         "(RLOO) on on-policy groups (§8.1)")
     p.add_argument("--beta", type=common.nonnegative_float, default=None,
-                   help="KL coefficient, per SEQUENCE: 0.5 when a batch holds on-policy groups "
-                        "(above the on-policy threshold for most prompts, module docstring), else "
-                        "0.3 (learned most off-policy, docs/RESULTS.md)")
-    p.add_argument("--lambda-lr", type=common.nonnegative_float, default=1.0,
-                   help="on-policy groups: weight of the likelihood-ratio term g_LR (1 = the "
-                        "paper, 0 = RLOO with the KL in the reward)")
+                   help="KL coefficient, per SEQUENCE: 0.05 when a batch holds on-policy groups "
+                        "(learned more than 0.5), else 0.3 (kept greedy accuracy where 0.1 lost "
+                        "it; docs/RESULTS-agro-spo.md)")
+    p.add_argument("--lambda-lr", type=common.nonnegative_float, default=None,
+                   help="on-policy groups: weight of the likelihood-ratio term g_LR; default "
+                        "beta/2, which puts every prompt above the on-policy threshold (module "
+                        "docstring); 1 = the paper (collapsed the tiny model at beta 0.05), 0 = "
+                        "RLOO with the KL in the reward")
     p.add_argument("--lr-baseline", choices=["var", "none", "paper"], default="var",
                    help="v_i in g_LR: var = n/(n-1) x ddof-1 variance of the other n-1 r_pi "
                         "(unbiased and centred, n >= 3); none = 0 (unbiased, not centred); paper = "
@@ -118,12 +122,17 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=common.nonnegative_int, default=10,
                    help="steps of linear lr warm-up (Adam's first updates are ~lr*sign(g) for "
                         "every weight)")
-    common.add_run_flags(p, eval_every=25, save_every=50, micro_batch=8,
+    common.add_run_flags(p, eval_every=50, save_every=50, micro_batch=8,
                          micro_help="prompts (groups of n) per forward/backward pass: memory "
-                                    "only, same gradient",
-                         sizes_help="the task's easiest size, since prompts solved less often "
-                                    "than the on-policy threshold p > 1/2 - beta/|a-b| unlearn")
-    return p, p.parse_args(argv)
+                                    "only, same gradient")
+    args = p.parse_args(argv)
+    if args.online_fraction is None:  # the defaults that depend on other flags (see each help)
+        args.online_fraction = float(args.mode == "onpolicy")
+    if args.beta is None:
+        args.beta = 0.05 if online_groups(args) > 0 else 0.3
+    if args.lambda_lr is None and args.beta > 0:  # the on-policy threshold below 0 (docstring)
+        args.lambda_lr = args.beta / 2
+    return p, args
 
 
 # --------------------------------------------------------------------------------------------------
@@ -403,20 +412,14 @@ def online_groups(args) -> int:
 
 
 def check_args(args, parser):
-    """The checks that involve several flags (one line, exit status 2), and the defaults that
-    depend on other flags filled in. Returns the task."""
-    if args.online_fraction is None:
-        args.online_fraction = float(args.mode == "onpolicy")
+    """The checks that involve several flags (one line, exit status 2). Returns the task."""
     n_online = online_groups(args)
-    if args.beta is None:  # on-policy groups need beta above the threshold (module docstring)
-        args.beta = 0.5 if n_online > 0 else 0.3
     try:
         task = get_task(args.task)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")
-        args.sizes = args.sizes or list(task.SIZES[:1])
         if args.n < 2:
             raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
         if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:

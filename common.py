@@ -141,8 +141,7 @@ existing_file.__name__ = "file"
 
 
 def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micro_help: str,
-                  problems: bool = True, eval_help: str = "evaluate every N steps",
-                  sizes_help: str = "the task's SIZES") -> None:
+                  problems: bool = True, eval_help: str = "evaluate every N steps") -> None:
     """The flags every RL script shares (the algorithm's own flags stay in the script)."""
     p.add_argument("--task", default="countdown", help="task module in tasks/")
     p.add_argument("--model", default=None,
@@ -157,7 +156,7 @@ def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micr
                    help="save the model at these minutes since the start, e.g. 1,2,5 "
                         "(scripts/time_to_accuracy.py)")
     p.add_argument("--sizes", type=int_list, default=None, help="difficulty levels trained on "
-                   f"(Countdown: numbers a puzzle), e.g. 3,4; default: {sizes_help}")
+                   "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
     p.add_argument("--eval-sizes", type=int_list, default=None,
                    help="held-out difficulty levels; default: the task's SIZES")
     if problems:

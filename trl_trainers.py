@@ -74,10 +74,11 @@ class TOPRConfig(GRPOConfig):
 class AGROConfig(GRPOConfig):
     weights: str = field(default="onpolicy", metadata={"help": "onpolicy (Eqs. 5-6, TRL's fresh "
                                                                "samples) or offpolicy (Eq. 4)"})
-    lambda_lr: float = field(default=1.0, metadata={"help": "weight of the likelihood-ratio term"})
+    lambda_lr: float | None = field(default=None, metadata={
+        "help": "weight of the likelihood-ratio term (default beta/2, agro.py's; 1 = the paper)"})
     lr_baseline: str = field(default="var", metadata={"help": "v_i of the likelihood-ratio term"})
     sequence_norm: str = field(default="seq", metadata={"help": "seq or seq/len"})
-    beta: float = 0.5  # agro.py's default with on-policy groups
+    beta: float = 0.05  # agro.py's default with on-policy groups
 
 
 @dataclass
@@ -86,7 +87,7 @@ class SPOConfig(GRPOConfig):
                            metadata={"help": "terminal, nonterminal or advantage"})
     regression: str = field(default="sq", metadata={"help": "sq or ce (spo.py's --loss)"})
     eps: float = field(default=1e-3, metadata={"help": "ce: Q/beta clipped to <= -eps"})
-    beta: float = 0.5  # spo.py's default
+    beta: float = spo.BETA  # spo.py's default, the paper's
 
 
 @dataclass
@@ -220,6 +221,8 @@ class AGROTrainer(_ScriptLossTrainer):
             raise ValueError("AGRO needs num_generations >= 2 (>= 3 for on-policy weights with "
                              "lr_baseline var)")
         _check_norm(a.sequence_norm)
+        if a.lambda_lr is None:
+            a.lambda_lr = a.beta / 2
 
     def completion_fields(self, batch, inputs, here):
         a = self.args
@@ -508,7 +511,7 @@ def load_inputs(args, parser, world: int) -> Inputs:
             made_with = {"model": os.path.realpath(path) if os.path.exists(path) else path,
                          "task": args.task, "max_new_tokens": args.max_new_tokens,
                          "samples": args.q0_samples}
-            train = q0_column(train, task, args.q0_cache, made_with, args.beta or 0.5)
+            train = q0_column(train, task, args.q0_cache, made_with, args.beta or spo.BETA)
         eval_sets = {}
         for n in sizes(args.eval_sizes, task.SIZES, "--eval-sizes") if args.eval_size else []:
             problems = task.get_problems("test", args.eval_size, size=n, seed=args.seed)

@@ -144,7 +144,7 @@ def test_agro_trainer_loss_and_gradient_equal_the_scripts(weak_sft, tiny_path, r
                                                           weights):
     """Reference = the random tiny model, so h is large and the regularised rewards differ from
     r."""
-    config = _config(tt.AGROConfig, tmp_path, weights=weights, beta=0.5)
+    config = _config(tt.AGROConfig, tmp_path, weights=weights, beta=0.5, lambda_lr=1.0)
     trainer, tok = _trainer(tt.AGROTrainer, config, weak_sft, "original", rows)
     _set_reference(trainer, tiny_path)
     batch = _fixed_batch(trainer, rows)
