@@ -7,10 +7,14 @@ Every row is one command from the same SFT checkpoint, `--time-limit` minutes of
 two runs side by side on one thread each, seed 0 unless --seeds says more. The table
 (docs/RESULTS-agro-spo.md) gives each run's held-out accuracy at its end, greedy and sampled at
 T = 1 on 3- and 4-number puzzles, pass@8, its gain in sampled points as a share of rloo.py's, the
-optimizer steps it took and its KL to the SFT model; the hand-written reading
-(RESULTS-agro-spo-notes.md) is appended, and the time-to-accuracy block that
-`scripts/time_to_accuracy.py --results` writes into the same file is kept. An interrupted sweep
-keeps its finished runs.
+optimizer steps it took and its KL to the SFT model, with a plot of Figs. 2 and 4 of [AGRO] in
+miniature (seed 0); the hand-written reading (RESULTS-agro-spo-notes.md) is appended, and the
+time-to-accuracy block that `scripts/time_to_accuracy.py --results` writes into the same file is
+kept. An interrupted sweep keeps its finished runs.
+
+[AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
+2025, arXiv:2503.19612. [SPO] Cohen et al., "Soft Policy Optimization: Online Off-Policy RL for
+Sequence Models", 2025, arXiv:2503.05453.
 """
 import argparse
 import json
@@ -78,7 +82,41 @@ def run(name: str, seed: int, args) -> dict:
             subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     evals = [r for r in rows if KEYS[0][0] in r]
-    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"]}
+    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"], "curve": evals}
+
+
+FIGURES = {  # panel title: (x, rows), seed 0's evaluations along each run
+    "[AGRO] Fig. 2's three variants at beta 0.05": (
+        "step", {"rloo-b0.05": "RLOO, KL in the reward (rloo.py)",
+                 "agro-on-b0.05-k0": "off-policy AGRO on on-policy samples",
+                 "agro-on-b0.05-k0.25": "on-policy AGRO (lambda_LR = beta/2)"}),
+    "[AGRO] Fig. 4's shape: accuracy against KL": (
+        "kl_to_ref", {"agro-on-b0.05-k0.25": "on-policy, beta 0.05",
+                      "agro-off-b0.1-s34": "off-policy, beta 0.1",
+                      "agro-off-b0.3-s34": "off-policy, beta 0.3"}),
+}
+
+
+def plot(results: dict, path: str) -> None:
+    """Held-out sampled accuracy on 3-number puzzles along the runs FIGURES names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(FIGURES), figsize=(6 * len(FIGURES), 4.2),
+                             constrained_layout=True)
+    for ax, (title, (x, rows)) in zip(axes, FIGURES.items()):
+        for name, label in rows.items():
+            if name in results:
+                curve = results[name][0]["curve"]
+                ax.plot([r[x] for r in curve], [100 * r[KEYS[1][0]] for r in curve], marker="o",
+                        label=label)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("optimizer step" if x == "step" else "KL to the SFT model (nats a sequence)")
+        ax.set_ylabel("held-out accuracy, 3 numbers, T = 1 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100)
 
 
 def mean(values: list[float]) -> float:
@@ -136,7 +174,10 @@ def main():
                                                  for k, _ in KEYS)
                      + f" | {share} | {mean([r['steps'] for r in runs]):.0f} | "
                      + (f"{mean(kl):.2f}" if kl else "") + f" | {ROWS[name][2]} |")
-    lines += ["", "Commands (each with `--model SFT --seed S --threads 1 --time-limit "
+    png = os.path.splitext(args.doc)[0] + ".png"
+    plot(results, png)
+    lines += ["", f"![AGRO's figures in miniature]({os.path.basename(png)})",
+              "", "Commands (each with `--model SFT --seed S --threads 1 --time-limit "
               f"{args.minutes:g}`):", ""]
     lines += [f"- {name}: `python {shlex.join([ROWS[name][0], *ROWS[name][1]])}`"
               for name in results]
