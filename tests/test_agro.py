@@ -329,6 +329,39 @@ def test_onpolicy_threshold_for_any_two_reward_levels():
                 assert (up > 0) == (p > 0.5 - beta / d)
 
 
+def test_default_lambda_lr_puts_every_prompt_above_the_onpolicy_threshold():
+    """agro.py's default lambda_LR = beta/2 (docs/DERIVATIONS.md): with a weight lambda on g_LR the
+    correct logit's expected change at pi = pi_ref is p(1-p) d [1 - lambda d (1/2 - p)/beta],
+    = p(1-p) d [1 - d (1/2 - p)/2] > 0 for every p when d <= 4, whatever beta. The rare correct arm
+    (pi_ref mass 0.05) that lambda_LR = 1 drives below 1e-3 at beta 0.1 is learned (pi* gives it
+    0.9991)."""
+    K = 10
+
+    def ref_with(p):
+        ref_p = torch.full((K,), (1 - p) / (K - 1), dtype=f64)
+        ref_p[0] = p
+        return ref_p.log()
+
+    for beta in (0.05, 0.1, 0.3):
+        lam = agro.parse_args(["--mode", "onpolicy", "--beta", str(beta)])[1].lambda_lr
+        assert lam == beta / 2
+        for a, b in [(1.0, 0.0), (1.0, 0.1), (1.0, -1.0)]:
+            r = torch.full((K,), b, dtype=f64)
+            r[0] = a
+            d = a - b
+            for p in (0.02, 0.2, 0.45):
+                up = -expected_grad(ref_with(p), ref_with(p), r, beta, None, 2, "on", lam)[0].item()
+                assert up == pytest.approx(p * (1 - p) * d * (1 - lam * d * (0.5 - p) / beta),
+                                           abs=1e-12)
+                assert up > 0
+    r = torch.zeros(K, dtype=f64)
+    r[0] = 1.0
+    theta = ref_logp = ref_with(0.05)
+    for _ in range(1000):
+        theta = theta - expected_grad(theta, ref_logp, r, 0.1, None, 2, "on", 0.05)
+    assert torch.softmax(theta, -1)[0].item() > 0.99
+
+
 # -------------------------------------------------------------------------------------------------
 # A depth-2 tree: two-token responses, where per-token and sequence-level KL gradients part
 # -------------------------------------------------------------------------------------------------
