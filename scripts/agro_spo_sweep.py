@@ -23,9 +23,11 @@ import shlex
 import statistics
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from statistics import mean
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from topr_report import run_all  # noqa: E402  (every row and seed, two runs side by side)
 ROWS = {  # name: (script, flags, what the row tests)
     "rloo": ("rloo.py", [], "the reference"),
     "rloo-b0.05": ("rloo.py", ["--beta", "0.05"], "RLOO with the KL in the reward (§8.1)"),
@@ -119,10 +121,6 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def mean(values: list[float]) -> float:
-    return statistics.mean(values)
-
-
 def cell(values: list[float]) -> str:
     sd = f" ± {100 * statistics.stdev(values):.1f}" if len(values) > 1 else ""
     return f"{100 * mean(values):.1f}{sd}"
@@ -141,15 +139,7 @@ def main():
     unknown = [n for n in names if n not in ROWS]
     if unknown or "rloo" not in names:
         p.error(f"--rows: unknown {unknown}; choose from {', '.join(ROWS)} (rloo included)")
-    args.out, args.sft = os.path.abspath(args.out), os.path.abspath(args.sft)
-    os.makedirs(args.out, exist_ok=True)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    jobs = [(name, s) for name in names for s in seeds]
-    with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
-        done = list(pool.map(lambda job: run(*job, args), jobs))
-    results = {}
-    for (name, _), r in zip(jobs, done):
-        results.setdefault(name, []).append(r)
+    results = run_all(run, names, args)  # two runs side by side, one thread each
     sampled = [k for k, label in KEYS if "T=1" in label]
     start = {k: mean([r["first"][k] for r in results["rloo"]]) for k, _ in KEYS}
     rloo_gain = {k: mean([r["last"][k] for r in results["rloo"]]) - start[k] for k in sampled}
