@@ -1204,24 +1204,23 @@ def read_jsonl(path: str, what: str = "data file") -> list[dict]:
     return rows
 
 
-def write_json_atomic(path: str, obj, **dump_kwargs) -> None:
-    """Write JSON into a temporary sibling, then rename: a reader never sees half a file."""
+def write_text_atomic(path: str, text: str) -> None:
+    """Write into a temporary sibling, then rename: a reader never sees half a file."""
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(obj, f, **dump_kwargs)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str, obj, **dump_kwargs) -> None:
+    write_text_atomic(path, json.dumps(obj, **dump_kwargs))
 
 
 def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
-    """JSON lines, one a row, written as write_json_atomic writes (a temporary sibling renamed)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """JSON lines, one a row."""
+    write_text_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
 def check_finite(step: int, hint: str, **values: float) -> None:
