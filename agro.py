@@ -64,8 +64,6 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass
-from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -82,23 +80,16 @@ def parse_args(argv=None):
                    help="default data source: offline groups (Eq. 4) or fresh groups from the "
                         "policy (Eqs. 5-6)")
     p.add_argument("--loss", choices=["agro", "klpg"], default="agro",
-                   help="agro, or the KL-regularised policy gradient it is compared with: "
-                        "per-token KL on offline groups (§8.2), sequence KL in a detached reward "
-                        "(RLOO) on on-policy groups (§8.1)")
+                   help="agro, or the KL-regularised policy gradient it is compared with (§8)")
     p.add_argument("--beta", type=common.nonnegative_float, default=None,
                    help="KL coefficient, per SEQUENCE: 0.05 when a batch holds on-policy groups "
                         "(learned more than 0.5), else 0.3 (kept greedy accuracy where 0.1 lost "
                         "it; docs/RESULTS-agro-spo.md)")
     p.add_argument("--lambda-lr", type=common.nonnegative_float, default=None,
-                   help="on-policy groups: weight of the likelihood-ratio term g_LR; default "
-                        "beta/2, which puts every prompt above the on-policy threshold (module "
-                        "docstring); 1 = the paper (collapsed the tiny model at beta 0.05), 0 = "
-                        "RLOO with the KL in the reward")
+                   help="weight of g_LR on on-policy groups: beta/2, above the on-policy threshold "
+                        "(module docstring; the paper's 1 collapsed the tiny model); 0 = RLOO")
     p.add_argument("--lr-baseline", choices=["var", "none", "paper"], default="var",
-                   help="v_i in g_LR: var = n/(n-1) x ddof-1 variance of the other n-1 r_pi "
-                        "(unbiased and centred, n >= 3); none = 0 (unbiased, not centred); paper = "
-                        "mean of the others' squared LOO residuals (centred, y_i-dependent, "
-                        "slightly biased)")
+                   help="v_i in g_LR (agro_onpolicy_weights): var, unbiased and centred (n >= 3)")
     p.add_argument("--online-fraction", type=common.fraction, default=None,
                    help="share of each batch's groups sampled from the current policy: 1 with "
                         "--mode onpolicy, 0 with --mode offpolicy")
@@ -106,25 +97,19 @@ def parse_args(argv=None):
                    help="JSONL of offline groups (task fields + 'completions'); default: sample "
                         "the reference")
     p.add_argument("--offline-prompts", type=common.positive_int, default=2048,
-                   help="without --offline-data: prompts sampled n times from pi_ref before "
-                        "training")
+                   help="without --offline-data: prompts sampled n times from pi_ref first")
     p.add_argument("--steps", type=common.positive_int, default=150,
                    help="optimizer steps (one per batch)")
     p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     p.add_argument("--n", type=int, default=8, help="completions per prompt (n >= 2)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
-                   help="seq: sum over tokens, mean over sequences (the derivation is at "
-                        "sequence level)")
-    p.add_argument("--reward", default=None,
-                   help="reward variant trained on (Countdown: original, A, B); "
-                        "default: the task's first")
+                   help="seq: sum over tokens, mean over sequences, as the derivation")
+    p.add_argument("--reward", default=None, help="reward variant; default: the task's first")
     p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
     p.add_argument("--warmup", type=common.nonnegative_int, default=10,
-                   help="steps of linear lr warm-up (Adam's first updates are ~lr*sign(g) for "
-                        "every weight)")
+                   help="steps of linear lr warm-up (rloo.py's)")
     common.add_run_flags(p, eval_every=50, save_every=50, micro_batch=8,
-                         micro_help="prompts (groups of n) per forward/backward pass: memory "
-                                    "only, same gradient")
+                         micro_help="prompts (groups of n) per forward/backward pass: memory only")
     args = p.parse_args(argv)
     if args.online_fraction is None:  # the defaults that depend on other flags (see each help)
         args.online_fraction = float(args.mode == "onpolicy")
@@ -230,20 +215,9 @@ def token_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor,
 def klpg_loss(logprobs: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
               kl: torch.Tensor | None, beta: float, norm: str = "seq",
               h: torch.Tensor | None = None, online: torch.Tensor | None = None) -> torch.Tensor:
-    """The KL-regularised policy gradient that the paper compares AGRO with, group by group:
-
-      offline groups (§8.2, per-token KL):
-          -mean_i (r_i - b^r_i) log pi(y_i) + beta mean_i sum_t KL_t(y_i)
-          with b^r the leave-one-out mean of the raw rewards and KL_t the exact KL over the
-          vocabulary at each prefix of the sampled y_i, differentiated along that fixed path
-          (Fig. 1);
-      on-policy groups (§8.1, RLOO with the KL in the reward):
-          -mean_i (r_pi,i - b_i) log pi(y_i),  r_pi = r - beta sg(h),  h the SEQUENCE log-ratio:
-          the unbiased gradient of Eq. 1.
-    On-policy the per-token form is biased: differentiating sum_t KL_t along a sampled path drops
-    the score term sum_s grad log pi(y_s|.) sum_{t>s} KL_t (later prefixes are reached with a
-    probability that depends on theta); it agrees with the gradient of Eq. 1 only for one-token
-    responses.
+    """The KL-regularised policy gradient AGRO is compared with (module docstring), group by
+    group: per-token KL on offline groups (§8.2), the sequence KL in a detached reward on
+    on-policy ones (§8.1; the per-token form is biased there: docs/DERIVATIONS.md).
 
     logprobs, mask, kl: [N, T] (kl from token_kl, with gradient; None if every group is on-policy);
     rewards, h: [B, n] (h needed only when a group is on-policy);  online: [B] bool (default: every
@@ -289,32 +263,13 @@ def micro_batch_loss(logprobs: torch.Tensor, mask: torch.Tensor, rewards: torch.
 # --------------------------------------------------------------------------------------------------
 # Log-probs of the policy and the reference on a micro-batch
 # --------------------------------------------------------------------------------------------------
-def logprobs_with_distribution(model, prompts, completions, pad_id):
-    """common.completion_logprobs plus log pi(.|x, y_<t) over the vocabulary:
-    ([N, T], [N, T], [N, T, V])."""
-    device = next(model.parameters()).device
-    ids, attn, pos, mask, P = [t.to(device) if torch.is_tensor(t) else t
-                               for t in common.pad_batch(prompts, completions, pad_id)]
-    C = mask.shape[1]
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
-                   logits_to_keep=C + 1).logits
-    logp_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [N, T, V]
-    logp = logp_all.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)  # [N, T]
-    return logp * mask, mask, logp_all
-
-
 def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool):
     """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
     per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
-    if not with_kl:
-        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id)
-        with torch.no_grad():
-            ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, pad_id)
-        return logprobs, ref_lp, mask, None
-    logprobs, mask, logp_all = logprobs_with_distribution(model, prompts, completions, pad_id)
+    out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl)
     with torch.no_grad():
-        ref_lp, _, ref_all = logprobs_with_distribution(ref_model, prompts, completions, pad_id)
-    return logprobs, ref_lp, mask, token_kl(logp_all, ref_all, mask)
+        ref = common.completion_logprobs(ref_model, prompts, completions, pad_id, full=with_kl)
+    return out[0], ref[0], out[1], token_kl(out[2], ref[2], out[1]) if with_kl else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,15 +366,14 @@ def online_groups(args) -> int:
     return round(args.online_fraction * args.prompts)
 
 
-def check_args(args, parser):
-    """The checks that involve several flags (one line, exit status 2). Returns the task."""
+def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
+    """Every flag and file checked (one line, exit status 2, before the run folder is made), then
+    loaded: common.load_inputs, and the offline groups of --offline-data or of the reference
+    samples of the run being resumed (None: the reference is sampled, or no group is offline)."""
     n_online = online_groups(args)
     try:
         task = get_task(args.task)
-        args.reward = args.reward or task.REWARD_VARIANTS[0]
-        if args.reward not in task.REWARD_VARIANTS:
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
-                             f"{', '.join(task.REWARD_VARIANTS)}")
+        args.reward = common.check_reward(task, args.reward)
         if args.n < 2:
             raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
         if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
@@ -429,97 +383,53 @@ def check_args(args, parser):
         if args.offline_data and n_online == args.prompts:
             raise ValueError("--offline-data is unused when every group is on-policy: give "
                              "--online-fraction < 1")
-    except ValueError as e:
-        parser.error(str(e))
-    return task
-
-
-@dataclass
-class Inputs:
-    """Everything a run reads, checked: problems, offline data, models, run folder, checkpoint."""
-    task: ModuleType
-    pool: list[dict]  # training problems
-    pool_prompts: list[list[int]]  # their prompt token ids
-    eval_sets: dict  # size -> (problems, prompt ids)
-    offline: list[Group] | None  # from a file (None: sample the reference, or none needed)
-    model: torch.nn.Module
-    ref_model: torch.nn.Module  # frozen pi_ref
-    tokenizer: object
-    ref_path: str
-    ckpt: str | None  # the checkpoint to resume from
-    state: dict | None  # its optimizer, RNG and step
-    run: common.Run
-    n_online: int  # on-policy groups a batch
-
-
-def load_inputs(args, parser, task) -> Inputs:
-    """Read and check every file (problems, offline data, checkpoint, models); one line, exit 2."""
-    args.out = args.out or common.default_out_dir("agro", args.task)
-    n_online, device = online_groups(args), "cuda" if torch.cuda.is_available() else "cpu"
-    samples_file = os.path.join(args.out, REFERENCE_SAMPLES)
-    try:
-        pool, eval_problems = common.task_problems(task, args)
-        rows = None  # offline groups: a file, or the reference samples of the run being resumed
-        if n_online < args.prompts and args.offline_data:
-            rows = read_offline(args.offline_data, task, args.n)
-        elif n_online < args.prompts and args.resume and os.path.exists(samples_file):
-            rows = read_offline(samples_file, task, args.n)
+        pool, held_out = common.task_problems(task, args)
         # no checkpoint: killed before its first one (the reference samples may be on disk)
-        ckpt, state = common.resume_checkpoint(args, ("optimizer", "rng", "step"), required=False)
-        ref_path = common.resolve_model_path(args.model, task=args.task)
-        model, tokenizer = common.load_model(ckpt or ref_path, device=device)
-        ref_model, _ = common.load_model(ref_path, device=device)
-        run = common.Run(args.out, {**vars(args), "model_path": ref_path},
-                         resume=bool(args.resume))
+        inputs = common.load_inputs("agro", args, task, pool, held_out,
+                                    ("optimizer", "rng", "step"), required=False)
+        path, offline = args.offline_data or os.path.join(args.out, REFERENCE_SAMPLES), None
+        if n_online < args.prompts and (args.offline_data or args.resume and os.path.exists(path)):
+            offline = offline_groups(read_offline(path, task, args.n), task, args.reward,
+                                     inputs.tokenizer, inputs.style)
+        return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
-    ref_model.requires_grad_(False)
-    style = common.prompt_style(model, tokenizer)
-    pool_prompts = common.encode_prompts(task, pool, tokenizer, style)
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in eval_problems.items()}
-    offline = None if rows is None else offline_groups(rows, task, args.reward, tokenizer, style)
-    if args.resume:  # metrics logged after the checkpoint are logged again
-        run.truncate(state["step"] if state else -1)
-    return Inputs(task, pool, pool_prompts, eval_sets, offline, model, ref_model, tokenizer,
-                  ref_path, ckpt, state, run, n_online)
 
 
-def reference_samples(args, inp: Inputs, engine) -> list[Group]:
+def reference_samples(args, inputs: common.Inputs, run, engine) -> list[Group]:
     """mu = pi_ref (§8.2): n samples of --offline-prompts training prompts, drawn ONCE from the
     frozen reference (seeded, so that a run killed while drawing them draws the same ones again)
     and kept as RUN/reference_samples.jsonl, which a resumed run reads back."""
-    path = inp.run.path(REFERENCE_SAMPLES)
+    path = run.path(REFERENCE_SAMPLES)
     if not os.path.exists(path):
         idx = np.random.default_rng([args.seed, 99]).choice(
-            len(inp.pool), min(args.offline_prompts, len(inp.pool)), replace=False)
+            len(inputs.pool), min(args.offline_prompts, len(inputs.pool)), replace=False)
         print(f"sampling {len(idx)} prompts x {args.n} from the reference into {path}", flush=True)
-        engine.sync(inp.ref_model)
+        engine.sync(inputs.ref_model)
         sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed)
-        write_offline(path, [inp.pool[i] for i in idx],
-                      engine.generate([inp.pool_prompts[i] for i in idx], sc))
-    rows = read_offline(path, inp.task, args.n)  # read back, so a resumed run sees the same tokens
-    style = common.prompt_style(inp.model, inp.tokenizer)
-    return offline_groups(rows, inp.task, args.reward, inp.tokenizer, style)
+        write_offline(path, [inputs.pool[i] for i in idx],
+                      engine.generate([inputs.prompts[i] for i in idx], sc))
+    rows = read_offline(path, inputs.task, args.n)  # read back: a resumed run sees the same tokens
+    return offline_groups(rows, inputs.task, args.reward, inputs.tokenizer, inputs.style)
 
 
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
-def sample_batch(args, inp: Inputs, engine, offline, step) -> list[Group]:
+def sample_batch(args, inputs: common.Inputs, engine, offline, step) -> list[Group]:
     """round(f B) groups sampled now from the current policy (temperature 1, no top-p) and the rest
     from the offline set."""
-    batch = []
-    if inp.n_online:
-        idx = np.random.default_rng([args.seed, step]).choice(len(inp.pool), inp.n_online,
+    batch, n_online = [], online_groups(args)
+    if n_online:
+        idx = np.random.default_rng([args.seed, step]).choice(len(inputs.pool), n_online,
                                                               replace=False)
         sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0)
-        for i, g in zip(idx, engine.generate([inp.pool_prompts[i] for i in idx], sc)):
-            batch.append(make_group(inp.task, args.reward, inp.pool[i], inp.pool_prompts[i],
+        for i, g in zip(idx, engine.generate([inputs.prompts[i] for i in idx], sc)):
+            batch.append(make_group(inputs.task, args.reward, inputs.pool[i], inputs.prompts[i],
                                     [s.ids for s in g], [s.text for s in g],
                                     [s.logprobs for s in g]))
-    if inp.n_online < args.prompts:
-        batch += offline_batch(offline, args.prompts - inp.n_online, step, args.seed)
+    if n_online < args.prompts:
+        batch += offline_batch(offline, args.prompts - n_online, step, args.seed)
     return batch
 
 
@@ -588,17 +498,17 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int,
     return row
 
 
-def evaluate(args, inp: Inputs, engine) -> dict:
+def evaluate(args, inputs: common.Inputs, engine) -> dict:
     """Held-out metrics per size (common.evaluate, seeded) and KL(pi || pi_ref) = E_{y~pi} h(y) by
     Monte Carlo on 4 samples of 64 training prompts."""
-    inp.model.eval()
-    metrics = common.evaluate_sizes(engine, inp.task, inp.eval_sets, k=args.eval_k,
+    inputs.model.eval()
+    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
                                     max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
-    idx = np.random.default_rng([args.seed, 7]).choice(len(inp.pool), min(64, len(inp.pool)),
+    idx = np.random.default_rng([args.seed, 7]).choice(len(inputs.pool), min(64, len(inputs.pool)),
                                                        replace=False)
-    metrics["kl_to_ref"] = common.kl_to_ref(engine, inp.model, inp.ref_model,
-                                            [inp.pool_prompts[i] for i in idx],
-                                            inp.tokenizer.pad_token_id,
+    metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs.model, inputs.ref_model,
+                                            [inputs.prompts[i] for i in idx],
+                                            inputs.tokenizer.pad_token_id,
                                             max_new_tokens=args.max_new_tokens)
     return metrics
 
@@ -607,67 +517,53 @@ def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
-    task = check_args(args, parser)
     common.setup(args.seed, args.threads)
-    inp = load_inputs(args, parser, task)
-    model, run = inp.model, inp.run
+    inputs, offline, run = load_inputs(args, parser)
+    model, tokenizer = inputs.model, inputs.tokenizer
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    step = 0
-    if inp.state:
-        optimizer.load_state_dict(inp.state["optimizer"])
-        common.set_rng_state(inp.state["rng"])
-        step = inp.state["step"]
-        print(f"resumed from {inp.ckpt} at step {step}")
-    engine = common.make_engine(args.engine, model, inp.tokenizer, inp.ckpt or inp.ref_path,
+    step = common.restore(inputs.state, optimizer, run)
+    engine = common.make_engine(args.engine, model, tokenizer, inputs.ckpt or args.model_path,
                                 seed=args.seed)
     with common.StopOnInterrupt() as stop:
-        offline = inp.offline
-        if inp.n_online < args.prompts and offline is None:
-            offline = reference_samples(args, inp, engine)  # mu = pi_ref, drawn once
+        if online_groups(args) < args.prompts and offline is None:
+            offline = reference_samples(args, inputs, run, engine)  # mu = pi_ref, drawn once
         engine.sync(model)
-        print(f"agro: {common.count_parameters(model) / 1e6:.2f}M parameters from {inp.ref_path}, "
-              f"engine {engine.name}, loss {args.loss}, B={args.prompts} ({inp.n_online} "
-              f"on-policy) n={args.n} beta={args.beta} lambda_LR={args.lambda_lr}, run {run.dir}")
+        print(f"agro: {common.count_parameters(model) / 1e6:.2f}M parameters from "
+              f"{args.model_path}, engine {engine.name}, loss {args.loss}, B={args.prompts} "
+              f"({online_groups(args)} on-policy) n={args.n} beta={args.beta} "
+              f"lambda_LR={args.lambda_lr}, run {run.dir}")
         if step == 0:
-            run.log(0, evaluate(args, inp, engine))
+            run.log(0, evaluate(args, inputs, engine))
         bar = tqdm(total=args.steps, initial=step, desc=f"agro {args.loss}", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
         snapshots = common.Snapshots(args.snapshots, started, run.dir)
         done = step  # optimizer steps taken
         for step in range(step, args.steps):
-            snapshots.take(model, inp.tokenizer, step)
+            snapshots.take(model, tokenizer, step)
             t0 = time.perf_counter()
-            batch = sample_batch(args, inp, engine, offline, step)  # fresh groups and offline ones
+            batch = sample_batch(args, inputs, engine, offline, step)  # fresh and offline groups
             t_gen = time.perf_counter() - t0
-            row = agro_step(model, inp.ref_model, optimizer, batch, args, step,
-                            inp.tokenizer.pad_token_id)
+            row = agro_step(model, inputs.ref_model, optimizer, batch, args, step,
+                            tokenizer.pad_token_id)
             engine.sync(model)  # the next on-policy groups come from exactly these weights
             done = step + 1
             row.update(time_generate=t_gen, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(args, inp, engine))
-                tqdm.write(f"step {done}: " + "  ".join(f"{k}={row[k]:.3f}" for k in row
-                                                        if k.endswith("accuracy")
-                                                        and k.startswith("eval")))
+                row.update(evaluate(args, inputs, engine))
+                common.report(done, row)
             run.log(done, row)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}")
             if done % args.save_every == 0 or last or stop.requested:
-                common.save_checkpoint(run.path("checkpoint"), model, inp.tokenizer,
-                                       {"step": done, "optimizer": optimizer.state_dict(),
-                                        "rng": common.rng_state()})
+                common.save_state(run, model, tokenizer, optimizer, step=done)
             if stop.requested:
                 bar.close()
                 common.exit_interrupted("agro.py", run.dir, done)
             if last:
                 break
         bar.close()
-        snapshots.take(model, inp.tokenizer, done, final=True)
-    common.save_checkpoint(run.path("final"), model, inp.tokenizer)
-    engine.close()
-    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
-    return run.dir
+    return common.finish(run, model, tokenizer, engine, snapshots, done)
 
 
 if __name__ == "__main__":

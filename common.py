@@ -8,8 +8,8 @@ Only what every script needs and nothing algorithm-specific:
   4. prompts through the task and the chat template        (encode_prompts)
   5. log-probs of given completions                        (completion_logprobs)
   6. generation engines: ours, HF generate, vLLM          (KVEngine, HFEngine, VLLMEngine)
-  7. problems and the evaluation every script reports     (task_problems, evaluate_sizes)
-  8. run folders, JSONL metrics, atomic checkpoints        (Run, save_checkpoint, resume_checkpoint)
+  7. problems, a run's inputs, evaluation                 (task_problems, load_inputs, evaluate)
+  8. run folders, JSONL metrics, atomic checkpoints        (Run, save_state, restore, finish)
   9. faults: files read, non-finite values, Ctrl-C         (read_jsonl, check_finite, ...)
 
 Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 # vLLM replaces torch.set_num_threads with a no-op once an in-process CPU engine starts: keep the
 # real one.
@@ -52,55 +53,31 @@ class UsageError(Exception):
     """Bad input from the user (a flag, a path, a data file): scripts print one line and exit 2."""
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer > 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected an integer, got {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"must be a positive integer, got {value}")
-    return value
+def _checked(name: str, cast, ok, what: str):
+    """An argparse type: `cast` the text, refuse values that fail `ok` (argparse prints "invalid
+    NAME value: '0'" and exits 2; called directly, the ValueError says what was expected)."""
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise ValueError(f"expected {what}, got {text!r}") from None
+        if not ok(value):
+            raise ValueError(f"must be {what}, got {text}")
+        return value
+    parse.__name__ = name
+    return parse
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite float > 0."""
-    value = float(text)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"must be a positive number, got {text}")
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0 (seeds: numpy refuses negative ones)."""
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be >= 0, got {value}")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    """argparse type: a finite float >= 0 (a KL coefficient)."""
-    value = float(text)
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    """argparse type: any finite float (nan and inf are refused: they would poison the weights)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"must be a finite number, got {text}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """argparse type: a float in [0, 1]."""
-    value = float(text)
-    if not 0.0 <= value <= 1.0:  # also refuses nan
-        raise ValueError(f"must be a number in [0, 1], got {text}")
-    return value
+positive_int = _checked("positive integer", int, lambda v: v > 0, "a positive integer")
+positive_float = _checked("positive number", float, lambda v: 0 < v < math.inf,
+                          "a positive number")
+# seeds are non-negative integers: numpy refuses negative ones
+nonnegative_int = _checked("non-negative integer", int, lambda v: v >= 0, "an integer >= 0")
+nonnegative_float = _checked("non-negative number", float, lambda v: 0 <= v < math.inf,
+                             "a finite number >= 0")
+# nan and inf are refused: they would poison the weights
+finite_float = _checked("finite number", float, math.isfinite, "a finite number")
+fraction = _checked("number in [0, 1]", float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 
 
 def minutes_list(text: str) -> list[float]:
@@ -127,13 +104,7 @@ def problems_source(text: str) -> str:
     raise argparse.ArgumentTypeError(f"no such file (nor `hub`, nor a hub id): {text!r}")
 
 
-# argparse reports the type's name in "invalid positive_int value: '0'"; give them readable names.
-positive_int.__name__ = "positive integer"
-positive_float.__name__ = "positive number"
-nonnegative_int.__name__ = "non-negative integer"
-nonnegative_float.__name__ = "non-negative number"
-finite_float.__name__ = "finite number"
-fraction.__name__ = "number in [0, 1]"
+# argparse reports the type's name in "invalid positive integer value: '0'"
 minutes_list.__name__ = "comma-separated positive minutes"
 int_list.__name__ = "comma-separated positive integers"
 problems_source.__name__ = "problems source"
@@ -422,10 +393,11 @@ def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: in
 
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int,
-                        temperature: float = 1.0):
+                        temperature: float = 1.0, full: bool = False):
     """Per-token log pi(y_t | x, y_<t) of given completions, with gradients if grad is enabled.
 
-    Returns (logprobs [B, C] fp32 with 0 on padding, mask [B, C]). The sequence log-prob LP(y) is
+    Returns (logprobs [B, C] fp32 with 0 on padding, mask [B, C]), and with `full` the log-probs of
+    the whole vocabulary at each position too, [B, C, V]. The sequence log-prob LP(y) is
     `(logprobs * mask).sum(-1)`. Shifted logits at column j score token j+1.
     """
     device = next(model.parameters()).device
@@ -436,9 +408,9 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
                    logits_to_keep=C + 1).logits
     logits = logits[:, :-1].float() / temperature  # [B, C, V]
-    targets = ids[:, P:].unsqueeze(-1)  # [B, C, 1]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)  # [B, C]
-    return logp * mask, mask
+    logp_all = torch.log_softmax(logits, dim=-1)  # [B, C, V]
+    logp = logp_all.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)  # [B, C]
+    return (logp * mask, mask, logp_all) if full else (logp * mask, mask)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -886,7 +858,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
 
 
 # --------------------------------------------------------------------------------------------------
-# 7. Problems and evaluation
+# 7. Problems, a run's inputs, and evaluation
 # --------------------------------------------------------------------------------------------------
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
@@ -968,6 +940,49 @@ def task_problems(task, args) -> tuple[list[dict], dict[int, list[dict]]]:
     held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
                 for n in args.eval_sizes or task.SIZES}
     return pool, held_out
+
+
+def check_reward(task, name: str | None) -> str:
+    """--reward: the task's variant of that name (None: its first), or UsageError."""
+    if name is None:
+        return task.REWARD_VARIANTS[0]
+    if name not in task.REWARD_VARIANTS:
+        raise UsageError(f"unknown --reward {name!r}; choose from "
+                         f"{', '.join(task.REWARD_VARIANTS)}")
+    return name
+
+
+@dataclass
+class Inputs:
+    """What an RL script trains with, loaded by load_inputs."""
+    task: object
+    pool: list[dict]                   # training problems
+    prompts: list[list[int]]           # their prompt ids (encode_prompts)
+    eval_sets: dict                    # size -> (held-out problems, prompt ids)
+    model: torch.nn.Module             # the policy: --model, or the checkpoint resumed from
+    ref_model: torch.nn.Module | None  # frozen pi_ref = --model (None where not asked for)
+    tokenizer: object
+    style: str                         # prompt_style
+    ckpt: str | None                   # the checkpoint resumed from, and its trainer state
+    state: dict | None
+
+
+def load_inputs(script: str, args, task, pool: list[dict], held_out: dict, needs: tuple,
+                *, ref: bool = True, required: bool = True) -> Inputs:
+    """Models and prompts of a run: --out filled in, --model resolved into args.model_path, the
+    checkpoint of --resume (its trainer state holding `needs`; `required`: UsageError when there
+    is none) and the frozen reference. Raises UsageError or ValueError on bad input and makes no
+    run folder: the caller checks its own files first, then makes one."""
+    args.out = args.out or default_out_dir(script, args.task)
+    ckpt, state = resume_checkpoint(args, needs, required)
+    args.model_path = resolve_model_path(args.model, task=args.task)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model(ckpt or args.model_path, device=device)
+    ref_model = load_model(args.model_path, device=device)[0].requires_grad_(False) if ref else None
+    style = prompt_style(model, tokenizer)
+    eval_sets = {n: (ps, encode_prompts(task, ps, tokenizer, style)) for n, ps in held_out.items()}
+    return Inputs(task, pool, encode_prompts(task, pool, tokenizer, style), eval_sets, model,
+                  ref_model, tokenizer, style, ckpt, state)
 
 
 def evaluate_sizes(engine, task, eval_sets: dict, **kwargs) -> dict:
@@ -1153,6 +1168,43 @@ def resume_checkpoint(args, needs: tuple[str, ...],
     if "config.json" not in files or not any(f.endswith((".safetensors", ".bin")) for f in files):
         raise UsageError(f"checkpoint {ckpt}: incomplete (no config.json or no weights)")
     return ckpt, load_trainer_state(ckpt, needs)
+
+
+def restore(state: dict | None, optimizer, run: Run) -> int:
+    """Continue from a checkpoint's trainer state (None: a fresh start): the optimizer and every
+    random stream as they were, and the metrics logged after it dropped (they are logged again;
+    a resumed run with no checkpoint drops them all). Returns the step to go on from."""
+    run.truncate(state["step"] if state else -1)
+    if not state:
+        return 0
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+    print(f"resumed {run.dir} at step {state['step']}")
+    return state["step"]
+
+
+def save_state(run: Run, model, tokenizer, optimizer, **state) -> None:
+    """RUN/checkpoint, atomically: the weights, the optimizer, every random stream and `state`
+    (the step, and whatever else the script needs to go on exactly)."""
+    save_checkpoint(run.path("checkpoint"), model, tokenizer,
+                    {**state, "optimizer": optimizer.state_dict(), "rng": rng_state()})
+
+
+def report(step: int, row: dict, also: tuple[str, ...] = ()) -> None:
+    """The progress line of an evaluation: held-out accuracies, and the keys ending in `also`."""
+    keys = [k for k in row if k.startswith("eval") and k.endswith("accuracy") or k.endswith(also)]
+    tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in keys))
+
+
+def finish(run: Run, model, tokenizer, engine, snapshots, step: int) -> str:
+    """The end of a run: the last snapshots, RUN/final (the next script's --model), the engine
+    closed. Returns the run folder."""
+    if snapshots:
+        snapshots.take(model, tokenizer, step, final=True)
+    save_checkpoint(run.path("final"), model, tokenizer)
+    engine.close()
+    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
+    return run.dir
 
 
 def rng_state() -> dict:

@@ -271,55 +271,28 @@ def batch_metrics(task, batch: Batch, args) -> dict:
 
 
 # -------------------------------------------------------------------------------------------------
-# Inputs, evaluation, checkpoints
+# Inputs and evaluation
 # -------------------------------------------------------------------------------------------------
-@dataclass
-class Inputs:
-    """Everything main() needs, checked before training starts."""
-    task: object
-    pool: list[dict]             # training problems
-    prompts: list[list[int]]     # their prompt ids, built as every script does (encode_prompts)
-    eval_sets: dict              # size -> (problems, prompt ids)
-    model: object
-    ref_model: object            # frozen pi_ref = --model
-    tokenizer: object
-    ref_path: str
-    run: common.Run
-    state: dict | None           # the trainer state of the checkpoint resumed from
-
-
-def load_inputs(args, parser, device: str) -> Inputs:
+def load_inputs(args, parser) -> tuple[common.Inputs, common.Run]:
     """Check every input (flags, files, checkpoint) and load it; bad input: one line, exit 2."""
     try:
         if args.k < 2:
             raise common.UsageError(f"--k must be at least 2 for a leave-one-out baseline, "
                                     f"got {args.k}")
         task = get_task(args.task)
-        args.reward = args.reward or task.REWARD_VARIANTS[0]
-        if args.reward not in task.REWARD_VARIANTS:
-            raise common.UsageError(f"unknown --reward {args.reward!r}; choose from "
-                                    f"{', '.join(task.REWARD_VARIANTS)}")
-        args.out = args.out or common.default_out_dir("rloo", args.task)
-        ckpt, state = common.resume_checkpoint(args, needs=("step", "optimizer", "rng"))
-        ref_path = common.resolve_model_path(args.model, task=args.task)
-        pool, eval_problems = common.task_problems(task, args)
+        args.reward = common.check_reward(task, args.reward)
+        pool, held_out = common.task_problems(task, args)
         if len(pool) < args.prompts:
             raise common.UsageError(f"--prompts {args.prompts} is more than the {len(pool)} "
                                     "training problems")
-        run = common.Run(args.out, {**vars(args), "model_path": ref_path}, resume=bool(args.resume))
-        model, tokenizer = common.load_model(ckpt or ref_path, device=device)
-        ref_model, _ = common.load_model(ref_path, device=device)
+        inputs = common.load_inputs("rloo", args, task, pool, held_out,
+                                    ("step", "optimizer", "rng"))
+        return inputs, common.Run(args.out, vars(args), resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
-    ref_model.requires_grad_(False)
-    style = common.prompt_style(model, tokenizer)
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in eval_problems.items()}
-    return Inputs(task, pool, common.encode_prompts(task, pool, tokenizer, style), eval_sets,
-                  model, ref_model, tokenizer, ref_path, run, state)
 
 
-def evaluate(engine, inputs: Inputs, args) -> dict:
+def evaluate(engine, inputs: common.Inputs, args) -> dict:
     """Held-out accuracy per size, and KL(pi || pi_ref) on 4 samples of 64 training prompts."""
     inputs.model.eval()
     metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
@@ -333,15 +306,7 @@ def evaluate(engine, inputs: Inputs, args) -> dict:
     return metrics
 
 
-def save(inputs: Inputs, optimizer, step: int) -> None:
-    state = {"step": step, "optimizer": optimizer.state_dict(), "rng": common.rng_state()}
-    common.save_checkpoint(inputs.run.path("checkpoint"), inputs.model, inputs.tokenizer, state)
-
-
-def shown(row: dict) -> str:
-    keys = [k for k in row if k.endswith("accuracy") and k.startswith("eval")
-            or k in ("signal_share", "kl_to_ref")]
-    return "  ".join(f"{k}={row[k]:.3f}" for k in keys)
+SHOWN = ("signal_share", "kl_to_ref")  # printed beside the held-out accuracies
 
 
 # -------------------------------------------------------------------------------------------------
@@ -352,37 +317,30 @@ def main(argv=None):
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
-    inputs = load_inputs(args, parser, "cuda" if torch.cuda.is_available() else "cpu")
-    model, run = inputs.model, inputs.run
+    inputs, run = load_inputs(args, parser)
+    model, tokenizer = inputs.model, inputs.tokenizer
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    start = 0
-    if inputs.state:
-        optimizer.load_state_dict(inputs.state["optimizer"])
-        common.set_rng_state(inputs.state["rng"])
-        start = inputs.state["step"]
-        run.truncate(start)
-        print(f"resumed {run.dir} at step {start}")
-    engine = common.make_engine(args.engine, model, inputs.tokenizer, inputs.ref_path,
-                                seed=args.seed)
+    start = common.restore(inputs.state, optimizer, run)
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)  # the resumed weights, if any
-    print(f"rloo: {common.count_parameters(model) / 1e6:.2f}M parameters from {inputs.ref_path}, "
+    print(f"rloo: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
           f"engine {engine.name}, B={args.prompts} k={args.k} beta={args.beta}, run {run.dir}")
     if start == 0:
         row = evaluate(engine, inputs, args)
         run.log(0, row)
-        tqdm.write(f"step 0: {shown(row)}")
+        common.report(0, row, SHOWN)
     bar = tqdm(total=args.steps, initial=start, desc="rloo", dynamic_ncols=True)
     deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
     snapshots = common.Snapshots(args.snapshots, started, run.dir)
     done = start  # optimizer steps taken
     with common.StopOnInterrupt() as stop:
         for step in range(start, args.steps):
-            snapshots.take(model, inputs.tokenizer, step)
+            snapshots.take(model, tokenizer, step)
             t0 = time.perf_counter()
             batch = draw_batch(engine, inputs.task, inputs.pool, inputs.prompts, step, args)
             t_gen = time.perf_counter() - t0
             row = rloo_step(model, inputs.ref_model, optimizer, batch.groups, args,
-                            inputs.tokenizer.pad_token_id, step)  # Eqs. 2-3
+                            tokenizer.pad_token_id, step)  # Eqs. 2-3
             t_sync = time.perf_counter()
             engine.sync(model)  # the next batch is sampled from exactly these weights
             done = step + 1
@@ -391,24 +349,20 @@ def main(argv=None):
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
                 row.update(evaluate(engine, inputs, args))
-                tqdm.write(f"step {done}: {shown(row)}")
+                common.report(done, row, SHOWN)
             run.log(done, row)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
                             gap=f"{row['logprob_gap']:.1e}")
             if done % args.save_every == 0 or last or stop.requested:
-                save(inputs, optimizer, done)
+                common.save_state(run, model, tokenizer, optimizer, step=done)
             if stop.requested:
                 bar.close()
                 common.exit_interrupted("rloo.py", run.dir, done)
             if last:
                 break
     bar.close()
-    snapshots.take(model, inputs.tokenizer, done, final=True)
-    common.save_checkpoint(run.path("final"), model, inputs.tokenizer)
-    engine.close()
-    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
-    return run.dir
+    return common.finish(run, model, tokenizer, engine, snapshots, done)
 
 
 if __name__ == "__main__":

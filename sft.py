@@ -240,10 +240,7 @@ def load_inputs(args, parser, device: str) -> Inputs:
         if args.model != common.TINY:  # a bad path fails here, before a run folder is made
             common.resolve_model_path(args.model)
         task = get_task(args.task)
-        args.reward = args.reward or task.REWARD_VARIANTS[0]
-        if args.reward not in task.REWARD_VARIANTS:
-            raise common.UsageError(f"unknown --reward {args.reward!r}; choose from "
-                                    f"{', '.join(task.REWARD_VARIANTS)}")
+        args.reward = common.check_reward(task, args.reward)
         rows = data_rows(args.data) if args.data else None
         args.out = args.out or common.default_out_dir("sft", args.task)
         ckpt, state = common.resume_checkpoint(args, ("step", "optimizer", "scheduler", "rng"))
@@ -283,18 +280,6 @@ def run_eval(engine, inputs: Inputs, args, k: int) -> dict:
                                  max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
 
 
-def save(inputs: Inputs, optimizer, scheduler, step: int) -> None:
-    state = {"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-             "rng": common.rng_state()}
-    common.save_checkpoint(inputs.run.path("checkpoint"), inputs.model, inputs.tokenizer, state)
-
-
-def summary(metrics: dict) -> str:
-    keys = [k for k in metrics
-            if k.endswith(("greedy/accuracy", "sampled/accuracy", "greedy/format_rate"))]
-    return "  ".join(f"{k}={metrics[k]:.3f}" for k in keys)
-
-
 # -------------------------------------------------------------------------------------------------
 # The algorithm
 # -------------------------------------------------------------------------------------------------
@@ -310,14 +295,9 @@ def main(argv=None):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_lambda(s, args.warmup, args.steps))
-    step = 0
+    step = common.restore(inputs.state, optimizer, run)
     if inputs.state:
-        optimizer.load_state_dict(inputs.state["optimizer"])
         scheduler.load_state_dict(inputs.state["scheduler"])
-        common.set_rng_state(inputs.state["rng"])
-        step = inputs.state["step"]
-        run.truncate(step)  # rows logged after the checkpoint will be logged again
-        print(f"resumed {run.dir} at step {step}")
     engine = common.make_engine(args.engine, model, inputs.tokenizer, inputs.model_path,
                                 seed=args.seed)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16 and device == "cuda")
@@ -335,18 +315,16 @@ def main(argv=None):
             evaluate = done % args.eval_every == 0 or done == args.steps
             if evaluate:
                 row.update(run_eval(engine, inputs, args, args.eval_k if done == args.steps else 0))
-                tqdm.write(f"step {done}: loss {row['loss']:.4f}  {summary(row)}")
+                common.report(done, row, ("loss", "greedy/format_rate"))
             run.log(done, row)
             if evaluate or stop.requested:
-                save(inputs, optimizer, scheduler, done)
+                common.save_state(run, model, inputs.tokenizer, optimizer, step=done,
+                                  scheduler=scheduler.state_dict())
             if stop.requested:
                 bar.close()
                 common.exit_interrupted("sft.py", run.dir, done)
     bar.close()
-    common.save_checkpoint(run.path("final"), model, inputs.tokenizer)
-    engine.close()
-    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
-    return run.dir
+    return common.finish(run, model, inputs.tokenizer, engine, None, args.steps)
 
 
 if __name__ == "__main__":

@@ -39,10 +39,8 @@ import argparse
 import copy
 import math
 import os
-import pickle
 import sys
 import time
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -91,11 +89,9 @@ def parse_args(argv=None):
         help="samples of pi_0 (temperature 1) per training problem for Q0_hat (paper: 800; 64 "
              "keeps the estimate to minutes on a CPU)")
     add("--q0-chunk", type=common.positive_int, default=32,
-        help="problems per Q0 generation call; the cache is saved after each, so a killed "
-             "estimate resumes there")
+        help="problems per Q0 generation call, the cache saved after each")
     add("--q0-cache", default=None, metavar="FILE",
-        help="reuse Q0 estimates from this q0.jsonl (another run's, made with the same model, "
-             "task, --max-new-tokens and --q0-samples); missing problems are estimated")
+        help="reuse the Q0 estimates of another run's q0.jsonl made the same way")
     add("--batch-size", type=common.positive_int, default=256,
         help="trajectories per optimizer step (the online part rounded to whole prompts)")
     add("--samples-per-prompt", type=common.positive_int, default=8,
@@ -103,8 +99,7 @@ def parse_args(argv=None):
     add("--online-fraction", type=common.fraction, default=1.0,
         help="share of each batch sampled online; the rest comes from --offline-data (paper: 0.5)")
     add("--offline-data", default=None, metavar="FILE",
-        help="JSONL of offline trajectories: the task's problem fields (Countdown: nums, target), "
-             "completion and optionally finished (default true); any source")
+        help="JSONL of offline trajectories from any source (read_offline)")
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
     add("--top-p", type=common.positive_float, default=1.0,
@@ -118,8 +113,7 @@ def parse_args(argv=None):
     add("--warmup", type=common.nonnegative_int, default=10,
         help="linear warm-up steps (paper: 200)")
     common.add_run_flags(p, eval_every=75, save_every=50, micro_batch=64, problems=False,
-                         micro_help="trajectories per forward/backward pass: memory only, same "
-                                    "gradient")
+                         micro_help="trajectories per forward/backward pass: memory only")
     return p, p.parse_args(argv)
 
 
@@ -240,18 +234,6 @@ class Trajectory(NamedTuple):
     reward: float      # r: 0 (correct) or -1
     problem: int       # index in the training pool (its Q0_hat)
     online: bool       # sampled this step (False: a row of --offline-data)
-
-
-@dataclass
-class Inputs:
-    """Everything read from flags and files before a model is loaded."""
-    task: object
-    ref_path: str              # pi_0
-    checkpoint: str | None     # the checkpoint to resume from
-    pool: list[dict]           # training problems (offline rows' problems appended)
-    eval_sets: dict            # size -> held-out problems
-    offline: list[dict]        # {"problem", "completion", "finished"}
-    q0_cache: dict             # problem key -> row of --q0-cache
 
 
 def spo_reward(task, problem: dict, text: str) -> float:
@@ -381,11 +363,12 @@ def draw_batch(engine, task, pool, prompts, offline, step, args) -> tuple[list[T
 STATE_KEYS = ("step", "optimizer", "schedule", "rng")  # a checkpoint's trainer_state.pt
 
 
-def check_args(args, parser) -> Inputs:
-    """Every flag and file checked before a model is loaded: one line naming the problem, exit 2."""
+def check_args(args, parser) -> tuple:
+    """Every flag and file checked before a model is loaded: one line naming the problem, exit 2.
+    Returns (task, training pool with the offline rows' problems, held-out sets, offline rows,
+    Q0 cache)."""
     try:
         task = get_task(args.task)
-        sizes, eval_sizes = args.sizes or list(task.SIZES), args.eval_sizes or list(task.SIZES)
         if args.top_p > 1:
             raise ValueError(f"--top-p must lie in (0, 1], got {args.top_p}")
         if args.online_fraction < 1.0 and args.offline_data is None:
@@ -393,51 +376,29 @@ def check_args(args, parser) -> Inputs:
         offline = read_offline(args.offline_data, task) if args.offline_data is not None else []
         if args.q0_cache is not None and not os.path.isfile(args.q0_cache):
             raise ValueError(f"no such Q0 cache: {args.q0_cache}")
-        ref_path = common.resolve_model_path(args.model, task=args.task)
         q0_cache = {}
         if args.q0_cache is not None:
+            ref_path = common.resolve_model_path(args.model, task=args.task)
             q0_cache = read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
-        checkpoint = None
-        if args.resume:
-            checkpoint = common.checkpoint_path(os.path.join(args.resume, "checkpoint"))
-            if checkpoint is None and os.path.exists(os.path.join(args.resume, "checkpoint")):
-                raise ValueError(f"--resume {args.resume}: checkpoint/ lacks trainer_state.pt")
+        if args.resume and os.path.exists(os.path.join(args.resume, "checkpoint")) and \
+                common.checkpoint_path(os.path.join(args.resume, "checkpoint")) is None:
+            raise ValueError(f"--resume {args.resume}: checkpoint/ lacks trainer_state.pt")
         if args.problems:
             pool = task.get_problems("train", args.train_prompts, source=args.problems,
                                      seed=args.seed)
         else:
-            pool = [p for n in sizes for p in task.get_problems("train", args.train_prompts, size=n,
-                                                                 seed=args.seed)]
+            pool = [p for n in args.sizes or task.SIZES
+                    for p in task.get_problems("train", args.train_prompts, size=n, seed=args.seed)]
         keys = {task.problem_key(p) for p in pool}
         for row in offline:  # offline problems join the pool (each needs its Q0_hat)
             if task.problem_key(row["problem"]) not in keys:
                 keys.add(task.problem_key(row["problem"]))
                 pool.append(row["problem"])
-        eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                     for n in eval_sizes}
+        held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
+                    for n in args.eval_sizes or task.SIZES}
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
-    return Inputs(task, ref_path, checkpoint, pool, eval_sets, offline, q0_cache)
-
-
-def load_models(args, inputs: Inputs, parser):
-    """(run, model, tokenizer, pi_0, trainer state or None); a bad checkpoint: one line, exit 2."""
-    out = args.out or common.default_out_dir("spo", args.task)
-    try:
-        config = {**vars(args), "model_path": inputs.ref_path}
-        run = common.Run(out, config, resume=bool(args.resume))
-        state = None
-        if inputs.checkpoint:
-            state = common.load_trainer_state(inputs.checkpoint, STATE_KEYS)
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tokenizer = common.load_model(inputs.checkpoint or inputs.ref_path, device=device)
-        ref_model, _ = common.load_model(inputs.ref_path, device=device)  # pi_0: frozen
-    except common.UsageError as e:
-        parser.error(str(e))
-    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # bad files
-        where = inputs.checkpoint or inputs.ref_path
-        parser.error(f"cannot load {where}: {(str(e) or type(e).__name__).splitlines()[0]}")
-    return run, model, tokenizer, ref_model.requires_grad_(False), state
+    return task, pool, held_out, offline, q0_cache
 
 
 def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_all: torch.Tensor,
@@ -488,68 +449,16 @@ def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
     return metrics
 
 
-def save(run, model, tokenizer, optimizer, schedule, sampler, step, args) -> None:
-    """The checkpoint --resume continues from (written atomically by common.save_checkpoint)."""
-    stale = step % args.model_update_interval != 0  # the sampler lags: keep its weights
-    common.save_checkpoint(run.path("checkpoint"), model, tokenizer,
-                           {"step": step, "optimizer": optimizer.state_dict(),
-                            "schedule": schedule.state_dict(), "rng": common.rng_state(),
-                            "sampler": sampler.state_dict() if stale else None})
-
-
-def printable(row: dict) -> str:
-    return "  ".join(f"{k}={v:.3f}" for k, v in row.items()
-                     if k.startswith("eval") and k.endswith("accuracy") or "pass@" in k)
-
-
-@dataclass
-class Data:
-    """The training pool and held-out sets as token ids, and the offline trajectories that fit."""
-    prompts: list[list[int]]   # prompt ids of each problem of the pool
-    offline: list[tuple]       # (pool index, completion ids, r), see fit_offline
-    eval_sets: dict            # size -> (problems, prompt ids)
-    offline_cut: int
-    offline_dropped: int
-
-
-def prepare_data(inputs: Inputs, model, tokenizer, args, parser) -> Data:
-    task, pool = inputs.task, inputs.pool
-    style = common.prompt_style(model, tokenizer)
-    index = {task.problem_key(p): i for i, p in enumerate(pool)}
-    rows_of = [index[task.problem_key(row["problem"])] for row in inputs.offline]
-    offline, cut, dropped = fit_offline(inputs.offline, rows_of, pool, task, tokenizer,
-                                        args.max_new_tokens)
-    if not offline and args.online_fraction < 1.0:
-        parser.error(f"--offline-data {args.offline_data}: every row stopped unfinished before "
-                     f"--max-new-tokens {args.max_new_tokens}")
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in inputs.eval_sets.items()}
-    prompts = common.encode_prompts(task, pool, tokenizer, style)
-    return Data(prompts, offline, eval_sets, cut, dropped)
-
-
-def restore(state, optimizer, schedule, sampler) -> int:
-    """Continue from a checkpoint's trainer state (None: a fresh start); returns the step."""
-    if not state:
-        return 0
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    if state.get("sampler") is not None:
-        sampler.load_state_dict(state["sampler"])
-    common.set_rng_state(state["rng"])
-    return state["step"]
-
-
-def q0_hat(engine, ref_model, inputs: Inputs, data: Data, run, args, stop) -> torch.Tensor:
+def q0_hat(engine, inputs: common.Inputs, q0_cache: dict, run, args, stop) -> torch.Tensor:
     """Q0_hat [P] for every problem of the pool (§3.1.3): pi_0 sampled once, cached in RUN/q0.jsonl
     (rows of --q0-cache reused); a Ctrl-C stops after the current chunk, with the cache saved."""
     task, cache_file = inputs.task, run.path("q0.jsonl")
-    made_with = q0_made_with(args, inputs.ref_path)
-    table = dict(inputs.q0_cache)
+    made_with = q0_made_with(args, args.model_path)
+    table = dict(q0_cache)
     if os.path.exists(cache_file):  # this run's own, from before it was stopped
         table.update(read_q0_cache(cache_file, made_with))
-    engine.sync(ref_model)  # sample pi_0 itself
-    estimate_q0(engine, task, inputs.pool, data.prompts, table, made_with, cache_file, args, stop)
+    engine.sync(inputs.ref_model)  # sample pi_0 itself
+    estimate_q0(engine, task, inputs.pool, inputs.prompts, table, made_with, cache_file, args, stop)
     common.write_jsonl_atomic(cache_file, list(table.values()))
     if stop.requested:
         common.exit_interrupted("spo.py", run.dir, 0)
@@ -565,36 +474,48 @@ def main(argv=None):
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
-    inputs = check_args(args, parser)
-    run, model, tokenizer, ref_model, state = load_models(args, inputs, parser)
-    task, pool = inputs.task, inputs.pool
-    data = prepare_data(inputs, model, tokenizer, args, parser)
+    task, pool, held_out, offline_rows, q0_cache = check_args(args, parser)
+    try:
+        inputs = common.load_inputs("spo", args, task, pool, held_out, STATE_KEYS, required=False)
+        run = common.Run(args.out, vars(args), resume=bool(args.resume))
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    model, tokenizer, state = inputs.model, inputs.tokenizer, inputs.state
+    index = {task.problem_key(p): i for i, p in enumerate(pool)}
+    rows_of = [index[task.problem_key(row["problem"])] for row in offline_rows]
+    offline, cut, dropped = fit_offline(offline_rows, rows_of, pool, task, tokenizer,
+                                        args.max_new_tokens)
+    if not offline and args.online_fraction < 1.0:
+        parser.error(f"--offline-data {args.offline_data}: every row stopped unfinished before "
+                     f"--max-new-tokens {args.max_new_tokens}")
     # the sampler: a copy of the policy, its weights refreshed every --model-update-interval steps
     sampler = copy.deepcopy(model).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then constant
         optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    step = restore(state, optimizer, schedule, sampler)
-    run.truncate(step if state else -1)  # rows logged after the checkpoint are redone
-    engine = common.make_engine(args.engine, sampler, tokenizer,
-                                inputs.checkpoint or inputs.ref_path, seed=args.seed)
+    step = common.restore(state, optimizer, run)
+    if state:
+        schedule.load_state_dict(state["schedule"])
+        if state.get("sampler") is not None:  # the sampler lagged the policy at the checkpoint
+            sampler.load_state_dict(state["sampler"])
+    engine = common.make_engine(args.engine, sampler, tokenizer, inputs.ckpt or args.model_path,
+                                seed=args.seed)
 
     with common.StopOnInterrupt() as stop:
         t_q0 = time.perf_counter()
-        q0_all = q0_hat(engine, ref_model, inputs, data, run, args, stop)
+        q0_all = q0_hat(engine, inputs, q0_cache, run, args, stop)
         t_q0 = time.perf_counter() - t_q0
         engine.sync(sampler)
         print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from "
-              f"{inputs.ref_path}, step {step}, engine {engine.name}, {len(pool)} training "
-              f"problems (Q0_hat mean {q0_all.mean():.3f}), {len(data.offline)} offline rows "
-              f"({data.offline_cut} cut to --max-new-tokens and rescored, {data.offline_dropped} "
-              f"dropped: unfinished before it), objective {args.objective}/{args.loss}, "
-              f"beta={args.beta:.4f}, run folder {run.dir}")
+              f"{args.model_path}, step {step}, engine {engine.name}, {len(pool)} training "
+              f"problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline rows "
+              f"({cut} cut to --max-new-tokens and rescored, {dropped} dropped: unfinished before "
+              f"it), objective {args.objective}/{args.loss}, beta={args.beta:.4f}, run {run.dir}")
         if step == 0:
-            row = {**evaluate(engine, model, sampler, task, data.eval_sets, args), "time_q0": t_q0,
-                   "offline_cut": data.offline_cut, "offline_dropped": data.offline_dropped}
+            row = {**evaluate(engine, model, sampler, task, inputs.eval_sets, args),
+                   "time_q0": t_q0, "offline_cut": cut, "offline_dropped": dropped}
             run.log(0, row)
-            tqdm.write("step 0: " + printable(row))
+            common.report(0, row, (f"pass@{args.eval_k}",))
 
         bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
@@ -606,34 +527,33 @@ def main(argv=None):
             if step % args.model_update_interval == 0:  # refresh the sampler (the engine's weights)
                 sampler.load_state_dict(model.state_dict())
                 engine.sync(sampler)
-            batch, temperature = draw_batch(engine, task, pool, data.prompts, data.offline, step,
+            batch, temperature = draw_batch(engine, task, pool, inputs.prompts, offline, step,
                                             args)
             t_gen = time.perf_counter() - t0
-            row = spo_step(model, ref_model, optimizer, schedule, batch, q0_all, args, step,
+            row = spo_step(model, inputs.ref_model, optimizer, schedule, batch, q0_all, args, step,
                            tokenizer.pad_token_id)
             done = step + 1
             row.update(temperature=temperature, sampler_age=step % args.model_update_interval,
                        time_generate=t_gen, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, model, sampler, task, data.eval_sets, args))
-                tqdm.write(f"step {done}: " + printable(row))
+                row.update(evaluate(engine, model, sampler, task, inputs.eval_sets, args))
+                common.report(done, row, (f"pass@{args.eval_k}",))
             run.log(done, row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
             if done % args.save_every == 0 or last or stop.requested:
-                save(run, model, tokenizer, optimizer, schedule, sampler, done, args)
+                stale = done % args.model_update_interval != 0  # the sampler lags: keep its weights
+                common.save_state(run, model, tokenizer, optimizer, step=done,
+                                  schedule=schedule.state_dict(),
+                                  sampler=sampler.state_dict() if stale else None)
             if stop.requested:
                 bar.close()
                 common.exit_interrupted("spo.py", run.dir, done)
             if last:
                 break
     bar.close()
-    snapshots.take(model, tokenizer, done, final=True)
-    common.save_checkpoint(run.path("final"), model, tokenizer)
-    engine.close()
-    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
-    return run.dir
+    return common.finish(run, model, tokenizer, engine, snapshots, done)
 
 
 if __name__ == "__main__":

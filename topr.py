@@ -46,7 +46,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -186,11 +185,9 @@ def parse_args(argv=None):
                    help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
     p.add_argument("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
     p.add_argument("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
-                   help="uniform: every sample; anna-karenina: first positive per prompt plus its "
-                        "negatives")
+                   help="which samples an iteration keeps (select)")
     p.add_argument("--keep", type=common.nonnegative_int, default=0,
-                   help="samples an iteration after selection (0: all it selects); anna-karenina "
-                        "fills with random negatives up to this number")
+                   help="samples an iteration keeps after selection (0: all it selects)")
     # the loss
     p.add_argument("--loss", choices=list(LIMITS), default="topr",
                    help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
@@ -198,12 +195,10 @@ def parse_args(argv=None):
                    help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
                         "(A for the first half of all epochs, then B)")
     p.add_argument("--c", type=common.finite_float, default=None,
-                   help="baseline: train on R - c (Eqs. 9-10); -0.8 with pm1 (the largest p~ "
-                        "tried, the best: scripts/topr_experiments.py), 0 with the task's rewards "
-                        "([CR] Eq. 4)")
+                   help="baseline, trained on R - c (Eqs. 9-10): -0.8 with pm1 (the largest p~ "
+                        "tried, the most accurate), 0 with the task's rewards ([CR] Eq. 4)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
-                   help="T- is R - c < split: 0 with pm1 ([TOPR], by sign), 1 with the task's "
-                        "rewards ([CR] Eq. 4)")
+                   help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
                    help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over "
                         "all tokens")
@@ -212,17 +207,13 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=common.positive_int, default=64,
                    help="samples per optimizer step")
     p.add_argument("--lr", type=common.positive_float, default=5e-5,
-                   help="AdamW lr, constant ([TOPR]); 5e-5 did best of 1e-4, 5e-5, 3e-5 on the "
-                        "tiny model, where [CR] §5.2's 1e-4 lowered greedy accuracy "
-                        "(docs/RESULTS-topr-report.md)")
+                   help="AdamW lr, constant ([TOPR]): the best of 1e-4, 5e-5, 3e-5 on the tiny "
+                        "model (docs/RESULTS-topr-report.md)")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
-                   help="[CR]'s TOPR run with this reward (REPORT_SETTING, docs/PAPERS.md); "
-                        "flags given explicitly win")
+                   help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
     common.add_run_flags(p, eval_every=0, save_every=100, micro_batch=64,
-                         micro_help="samples per forward/backward pass: memory only, same "
-                                    "gradient",
-                         eval_help="also evaluate every N steps (0: at the end of each "
-                                   "iteration only)")
+                         micro_help="samples per forward/backward pass: memory only",
+                         eval_help="also evaluate every N steps (0: after each iteration only)")
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults
         p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
@@ -242,24 +233,10 @@ class Position(NamedTuple):
     step: int
 
 
-@dataclass
-class Inputs:
-    """What a run reads before it trains: every file checked (load_inputs)."""
-    task: object
-    model: torch.nn.Module
-    tokenizer: object
-    pool: list                    # training problems
-    prompts: list                 # their prompt token ids
-    eval_sets: dict               # size -> (problems, prompt ids)
-    data: dict                    # iteration -> rows already on hand (--data, or a resumed file)
-    start: Position               # where the next optimizer step stands
-    trainer_state: dict | None    # optimizer and RNG state of the checkpoint resumed from
-    run: common.Run
-
-
-def load_inputs(args, parser, device: str) -> Inputs:
-    """Problems, model (or the checkpoint resumed from), data files and the run folder; every bad
-    input is one line and exit status 2, before the run folder is made."""
+def load_inputs(args, parser) -> tuple[common.Inputs, dict, common.Run]:
+    """The run's inputs (common.load_inputs; no reference model: TOPR has no KL term) and the
+    samples already on hand, by iteration: --data for the first, the data file of the iteration a
+    resumed run stopped in. Bad input: one line and exit status 2, before the run folder is made."""
     try:
         task = get_task(args.task)
         variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
@@ -272,30 +249,24 @@ def load_inputs(args, parser, device: str) -> Inputs:
             raise ValueError("--reward A+B needs the task's variants A and B")
         if args.top_p == 0:
             raise ValueError("--top-p must be in (0, 1], got 0")
-        args.out = args.out or common.default_out_dir("topr", args.task)
-        args.model_path = common.resolve_model_path(args.model, task=args.task)
-        pool, eval_problems = common.task_problems(task, args)
-        ckpt, state = common.resume_checkpoint(args, Position._fields + ("optimizer", "rng"))
-        start = Position(*(state[k] for k in Position._fields)) if state else Position(0, 0, 0, 0)
-        model, tokenizer = common.load_model(ckpt or args.model_path, device=device)
-        style = common.prompt_style(model, tokenizer)
-        data = {}
+        pool, held_out = common.task_problems(task, args)
+        inputs = common.load_inputs("topr", args, task, pool, held_out,
+                                    Position._fields + ("optimizer", "rng"), ref=False)
+        data, model, tokenizer = {}, inputs.model, inputs.tokenizer
         if args.data:
-            data[0] = read_rows(args.data, task, tokenizer, style)
+            data[0] = read_rows(args.data, task, tokenizer, inputs.style)
             if any("lp_mu" not in r for r in data[0]):  # mu: the start model at T = 1, never
                 # the checkpoint resumed from
-                mu = common.load_model(args.model_path, device=device)[0] if ckpt else model
+                mu = common.load_model(args.model_path, device=model.device)[0] if inputs.ckpt \
+                    else model
                 fill_lp_mu(data[0], mu, tokenizer.pad_token_id, args.micro_batch)
-        own = os.path.join(args.out, f"data-{start.iteration}.jsonl")
-        if ckpt and start.iteration not in data and os.path.exists(own):
-            data[start.iteration] = read_rows(own, task, tokenizer, style)
-        run = common.Run(args.out, vars(args), resume=bool(args.resume))
+        it = inputs.state["iteration"] if inputs.state else 0
+        own = os.path.join(args.out, f"data-{it}.jsonl")
+        if inputs.ckpt and it not in data and os.path.exists(own):
+            data[it] = read_rows(own, task, tokenizer, inputs.style)
+        return inputs, data, common.Run(args.out, vars(args), resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in eval_problems.items()}
-    return Inputs(task, model, tokenizer, pool, common.encode_prompts(task, pool, tokenizer, style),
-                  eval_sets, data, start, state, run)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,11 +306,6 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
                              "reward": reward_of(task, problem, s.text, variant),
                              "finished": s.finished, "lp_mu": float(sum(s.logprobs)), "mu": mu})
     return rows
-
-
-def write_rows(path: str, rows: list[dict]) -> None:
-    """Atomic: a crash mid-write never leaves a half file that --resume would trust."""
-    common.write_jsonl_atomic(path, rows)
 
 
 def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
@@ -389,21 +355,22 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int) -> None:
                 r.setdefault("lp_mu", v)
 
 
-def iteration_data(it: int, inp: Inputs, engine, args) -> list[dict]:
+def iteration_data(it: int, inputs: common.Inputs, data: dict, run, engine, args) -> list[dict]:
     """The samples of iteration `it`: already on hand (--data, a resumed file), or fresh from
-    mu = pi_{it-1}, written to RUN/data-IT.jsonl. They depend on (seed, iteration) only."""
-    if it in inp.data:
-        return inp.data.pop(it)
+    mu = pi_{it-1}, written atomically to RUN/data-IT.jsonl (a half file is never trusted on
+    --resume). They depend on (seed, iteration) only."""
+    if it in data:
+        return data.pop(it)
     t0 = time.perf_counter()
-    inp.model.eval()
-    engine.sync(inp.model)
+    inputs.model.eval()
+    engine.sync(inputs.model)
     torch.manual_seed(args.seed * 1009 + it)
     rng = np.random.default_rng([args.seed, it])
-    idx = rng.choice(len(inp.pool), min(args.prompts, len(inp.pool)), replace=False)
+    idx = rng.choice(len(inputs.pool), min(args.prompts, len(inputs.pool)), replace=False)
     variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
-    rows = generate_rows(engine, inp.task, [inp.pool[i] for i in idx],
-                         [inp.prompts[i] for i in idx], inp.tokenizer, args, it, variant)
-    write_rows(inp.run.path(f"data-{it}.jsonl"), rows)
+    rows = generate_rows(engine, inputs.task, [inputs.pool[i] for i in idx],
+                         [inputs.prompts[i] for i in idx], inputs.tokenizer, args, it, variant)
+    common.write_jsonl_atomic(run.path(f"data-{it}.jsonl"), rows)
     tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
                f"{time.perf_counter() - t0:.1f}s")
     return rows
@@ -500,26 +467,14 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
             "grad_norm": grad_norm, "samples": len(batch)}
 
 
-def evaluate(engine, inp: Inputs, args, step: int) -> dict:
+def evaluate(engine, inputs: common.Inputs, args, step: int) -> dict:
     """Held-out accuracy and reward per size (common.evaluate: greedy, --eval-k samples at T=1)."""
-    inp.model.eval()
+    inputs.model.eval()
     variant = None if args.reward in (PM1, "A+B") else args.reward  # None: the task's first
-    metrics = {}
-    for n, (problems, prompts) in inp.eval_sets.items():
-        metrics.update(common.evaluate(engine, inp.task, problems, prompts, k=args.eval_k,
-                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens,
-                                       reward_variant=variant))
-    tqdm.write(f"step {step}: " + "  ".join(
-        f"{k}={v:.3f}" for k, v in metrics.items()
-        if k.endswith("accuracy")))
+    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
+                                    max_new_tokens=args.max_new_tokens, reward_variant=variant)
+    common.report(step, metrics)
     return metrics
-
-
-def save(inp: Inputs, optimizer, at: Position) -> None:
-    """The checkpoint (atomic): weights, optimizer, RNG, and the position of the next step."""
-    common.save_checkpoint(inp.run.path("checkpoint"), inp.model, inp.tokenizer,
-                           {**at._asdict(), "optimizer": optimizer.state_dict(),
-                            "rng": common.rng_state()})
 
 
 def main(argv=None):
@@ -527,42 +482,39 @@ def main(argv=None):
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
-    inp = load_inputs(args, parser, "cuda" if torch.cuda.is_available() else "cpu")
-    model, run, task = inp.model, inp.run, inp.task
+    inputs, data, run = load_inputs(args, parser)
+    model, tokenizer, task = inputs.model, inputs.tokenizer, inputs.task
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    start_it, start_epoch, start_batch, step = inp.start
-    if inp.trainer_state:
-        optimizer.load_state_dict(inp.trainer_state["optimizer"])
-        common.set_rng_state(inp.trainer_state["rng"])
-        run.truncate(step)
-        print(f"resumed at iteration {start_it}, epoch {start_epoch}, step {step}")
-    engine = common.make_engine(args.engine, model, inp.tokenizer, args.model_path, seed=args.seed)
+    common.restore(inputs.state, optimizer, run)
+    state = inputs.state or dict(Position(0, 0, 0, 0)._asdict())
+    start_it, start_epoch, start_batch, step = (state[k] for k in Position._fields)
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)
     print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
           f"engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, c={args.c:g}, "
           f"split={args.split:g}, run folder {run.dir}")
     if step == 0:
-        run.log(0, evaluate(engine, inp, args, 0))
+        run.log(0, evaluate(engine, inputs, args, 0))
     deadline = started + 60 * args.time_limit if args.time_limit else math.inf
     snapshots = common.Snapshots(args.snapshots, started, run.dir)
     out_of_time = False
     with common.StopOnInterrupt() as stop:
         for it in range(start_it, args.iterations):  # Algorithm 1
-            rows = iteration_data(it, inp, engine, args)  # 1. samples from mu = pi_{it-1}
-            data = select(rows, args.sampling, args.keep,  # 2. the selection
-                          np.random.default_rng([args.seed, it, 1]))
+            rows = iteration_data(it, inputs, data, run, engine, args)  # 1. samples from mu
+            data_it = select(rows, args.sampling, args.keep,  # 2. the selection
+                             np.random.default_rng([args.seed, it, 1]))
             for epoch in range(start_epoch if it == start_it else 0, args.epochs):
                 resumed = (it, epoch) == (start_it, start_epoch) and start_batch > 0
-                rewards, neg = epoch_rewards(data, it, epoch, task, args, show=not resumed)
-                order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data))
+                rewards, neg = epoch_rewards(data_it, it, epoch, task, args, show=not resumed)
+                order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data_it))
                 batches = [order[s:s + args.batch_size]
                            for s in range(0, len(order), args.batch_size)]
                 for b in range(start_batch if resumed else 0, len(batches)):  # 3. the updates
-                    snapshots.take(model, inp.tokenizer, step)
+                    snapshots.take(model, tokenizer, step)
                     t0, idx = time.perf_counter(), batches[b]
-                    metrics = topr_step(model, optimizer, [data[i] for i in idx],
+                    metrics = topr_step(model, optimizer, [data_it[i] for i in idx],
                                         [rewards[i] for i in idx], args,
-                                        inp.tokenizer.pad_token_id, step + 1)
+                                        tokenizer.pad_token_id, step + 1)
                     metrics.update(iteration=it, epoch=epoch, negative_share=neg,
                                    time_step=time.perf_counter() - t0)
                     step += 1
@@ -574,11 +526,11 @@ def main(argv=None):
                     out_of_time = time.monotonic() >= deadline
                     if (args.eval_every and step % args.eval_every == 0) or out_of_time \
                             or at.iteration != it:
-                        metrics.update(evaluate(engine, inp, args, step))
+                        metrics.update(evaluate(engine, inputs, args, step))
                     run.log(step, metrics)
                     if step % args.save_every == 0 or at.batch == 0 or out_of_time \
                             or stop.requested:
-                        save(inp, optimizer, at)
+                        common.save_state(run, model, tokenizer, optimizer, **at._asdict())
                     if stop.requested:
                         common.exit_interrupted("topr.py", run.dir, step)
                     if out_of_time:
@@ -587,11 +539,7 @@ def main(argv=None):
                     break
             if out_of_time:
                 break
-    snapshots.take(model, inp.tokenizer, step, final=True)
-    common.save_checkpoint(run.path("final"), model, inp.tokenizer)
-    engine.close()
-    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
-    return run.dir
+    return common.finish(run, model, tokenizer, engine, snapshots, step)
 
 
 if __name__ == "__main__":

@@ -569,10 +569,8 @@ def evaluate(path: str, inp: Inputs, args) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok = common.load_model(path, device=device)
     engine = common.make_engine("auto", model, tok, path, seed=args.seed)
-    metrics = {}
-    for n, (problems, prompts) in inp.eval_sets.items():
-        metrics.update(common.evaluate(engine, inp.task, problems, prompts, k=args.eval_k,
-                                       prefix=f"eval{n}/", max_new_tokens=args.max_new_tokens))
+    metrics = common.evaluate_sizes(engine, inp.task, inp.eval_sets, k=args.eval_k,
+                                    max_new_tokens=args.max_new_tokens)
     engine.close()
     return metrics
 

@@ -58,10 +58,10 @@ def one_setting(args) -> dict:
                                      "--out", os.path.join(args.tmp, "run"),
                                      "--eval-size", "1"] + shlex.split(args.setting))
     common.setup(rargs.seed, rargs.threads)
-    inputs = rloo.load_inputs(rargs, parser, "cpu")
+    inputs, _ = rloo.load_inputs(rargs, parser)
     model = inputs.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=rargs.lr, weight_decay=0.0)
-    engine = common.make_engine(rargs.engine, model, inputs.tokenizer, inputs.ref_path)
+    engine = common.make_engine(rargs.engine, model, inputs.tokenizer, rargs.model_path)
     clock = Clock()
     engine.generate = clock.wrap("generate", engine.generate)
     task = inputs.task

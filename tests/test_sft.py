@@ -155,7 +155,7 @@ def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, 
     trained = sft.load_inputs(args, parser, "cpu")
     parser, args = rloo.parse_args(small + ["--problems", data, "--prompts", "2",
                                             "--out", str(tmp_path / "r")])
-    rl = rloo.load_inputs(args, parser, "cpu")
+    rl, _ = rloo.load_inputs(args, parser)
     assert [ex.prompt for ex in trained.train] == rl.prompts
     tok = trained.tokenizer
     # not the file's text

@@ -507,12 +507,12 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-real_write, real_check, real_save, real_replace = (topr.write_rows, common.check_finite, topr.save,
-                                                   os.replace)
+real_write, real_check, real_save, real_replace = (common.write_jsonl_atomic, common.check_finite,
+                                                   common.save_state, os.replace)
 saving = []
 
 
-def write_rows(path, rows):  # half of iteration 1's data file written, then killed
+def write_jsonl_atomic(path, rows):  # half of iteration 1's data file written, then killed
     if phase == "data" and path.endswith("data-1.jsonl"):
         with open(path + ".tmp", "w") as f:
             f.write(json.dumps(rows[0]) + "\\n" + json.dumps(rows[1])[:40])
@@ -526,10 +526,10 @@ def check_finite(step, hint, **values):  # step 5: gradient computed, weights no
     real_check(step, hint, **values)
 
 
-def save(inp, optimizer, at):
-    saving[:] = [at.step]
-    real_save(inp, optimizer, at)
-    if phase == "between-steps" and at.step == 4:  # step 4 done and saved, step 5 not begun
+def save_state(run, model, tokenizer, optimizer, **state):
+    saving[:] = [state["step"]]
+    real_save(run, model, tokenizer, optimizer, **state)
+    if phase == "between-steps" and state["step"] == 4:  # step 4 done and saved, 5 not begun
         die()
 
 
@@ -539,7 +539,8 @@ def replace(src, dst):  # the checkpoint of step 4 half swapped in: old one move
         die()
 
 
-topr.write_rows, common.check_finite, topr.save = write_rows, check_finite, save
+common.write_jsonl_atomic, common.check_finite, common.save_state = (write_jsonl_atomic,
+                                                                     check_finite, save_state)
 os.replace = replace
 topr.main(argv)
 '''

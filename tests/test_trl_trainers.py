@@ -237,7 +237,7 @@ def _script_gradient(model, step):
 
 def _topr_file(weak_sft, tmp_path):
     """topr.py's data file: 6 problems x 2 samples of the weak model, as topr.generate_rows and
-    topr.write_rows write it (reward pm1, LP_mu from the sampler)."""
+    common.write_jsonl_atomic write it (reward pm1, LP_mu from the sampler)."""
     from types import SimpleNamespace
     common.setup(3, 1)
     model, tok = common.load_model(weak_sft)
@@ -246,7 +246,7 @@ def _topr_file(weak_sft, tmp_path):
     args = SimpleNamespace(n=2, max_new_tokens=24, temperature=1.0, top_p=1.0)
     rows = topr.generate_rows(common.HFEngine(model, tok), countdown, problems, prompts, tok, args,
                               0, "pm1")
-    topr.write_rows(str(tmp_path / "data-0.jsonl"), rows)
+    common.write_jsonl_atomic(str(tmp_path / "data-0.jsonl"), rows)
     return str(tmp_path / "data-0.jsonl"), tok
 
 
