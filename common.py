@@ -994,17 +994,20 @@ def evaluate_sizes(engine, task, eval_sets: dict, **kwargs) -> dict:
     return metrics
 
 
-def kl_to_ref(engine, model, ref_model, prompts: list[list[int]], pad_id: int, *, n: int = 4,
-              max_new_tokens: int = 64, seed: int | None = 0) -> float:
+def kl_to_ref(engine, inputs: Inputs, seed: int, *, prompts: int = 64, n: int = 4,
+              max_new_tokens: int = 64) -> float:
     """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over
-    n samples y ~ pi (temperature 1, seeded like `evaluate`) of each prompt. `engine` must hold
-    `model`'s weights."""
-    groups = engine.generate(prompts, SamplingConfig(n, max_new_tokens, seed=seed))
+    n samples y ~ pi (temperature 1, drawn with seed 0 like `evaluate`) of `prompts` training
+    prompts (picked by `seed`). `engine` must hold the policy's weights."""
+    idx = np.random.default_rng([seed, 7]).choice(len(inputs.pool), min(prompts, len(inputs.pool)),
+                                                  replace=False)
+    groups = engine.generate([inputs.prompts[i] for i in idx],
+                             SamplingConfig(n, max_new_tokens, seed=0))
     flat = [s for g in groups for s in g]
-    args = ([s.prompt_ids for s in flat], [s.ids for s in flat], pad_id)
+    args = ([s.prompt_ids for s in flat], [s.ids for s in flat], inputs.tokenizer.pad_token_id)
     with torch.no_grad():
-        lp, mask = completion_logprobs(model, *args)
-        ref_lp, _ = completion_logprobs(ref_model, *args)
+        lp, mask = completion_logprobs(inputs.model, *args)
+        ref_lp, _ = completion_logprobs(inputs.ref_model, *args)
     return ((lp - ref_lp) * mask).sum(-1).mean().item()
 
 

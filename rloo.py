@@ -297,11 +297,7 @@ def evaluate(engine, inputs: common.Inputs, args) -> dict:
     inputs.model.eval()
     metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
                                     max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
-    rng = np.random.default_rng([args.seed, 7])
-    idx = rng.choice(len(inputs.pool), min(64, len(inputs.pool)), replace=False)
-    metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs.model, inputs.ref_model,
-                                            [inputs.prompts[i] for i in idx],
-                                            inputs.tokenizer.pad_token_id,
+    metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs, args.seed,
                                             max_new_tokens=args.max_new_tokens)
     return metrics
 
