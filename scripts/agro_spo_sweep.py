@@ -7,10 +7,11 @@ Every row is one command from the same SFT checkpoint, `--time-limit` minutes of
 two runs side by side on one thread each, seed 0 unless --seeds says more. The table
 (docs/RESULTS-agro-spo.md) gives each run's held-out accuracy at its end, greedy and sampled at
 T = 1 on 3- and 4-number puzzles, pass@8, its gain in sampled points as a share of rloo.py's, the
-optimizer steps it took and its KL to the SFT model, with a plot of Figs. 2 and 4 of [AGRO] in
-miniature (seed 0); the hand-written reading (RESULTS-agro-spo-notes.md) is appended, and the
-time-to-accuracy block that `scripts/time_to_accuracy.py --results` writes into the same file is
-kept. An interrupted sweep keeps its finished runs.
+optimizer steps it took and its KL to the SFT model, with a plot of Figs. 2, 4 and 6 of [AGRO] in
+miniature (seed 0), and pass@k against k of SFT and the final models ([SPO] §5's claim of kept
+diversity, with its half-online row); the hand-written reading (RESULTS-agro-spo-notes.md) is
+appended, and the time-to-accuracy block that `scripts/time_to_accuracy.py --results` writes into
+the same file is kept. An interrupted sweep keeps its finished runs.
 
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
 2025, arXiv:2503.19612. [SPO] Cohen et al., "Soft Policy Optimization: Online Off-Policy RL for
@@ -65,7 +66,18 @@ ROWS = {  # name: (script, flags, what the row tests)
     "spo-b0.2": ("spo.py", ["--beta", "0.2"], "beta between the paper's and 0.5"),
     "spo-b0.087-lr1.2e-4": ("spo.py", ["--beta", "0.087", "--lr", "1.2e-4"],
                             "the paper's beta at twice the lr"),
+    # [AGRO] Fig. 6: beta ablated on on-policy samples, for off-policy AGRO's weights (lambda_LR
+    # 0), which on fresh samples are also the KL-regularised policy gradient's (§8.1)
+    **{f"agro-on-b{b}-k0": ("agro.py", ["--mode", "onpolicy", "--beta", b, "--lambda-lr", "0",
+                                        "--sizes", "3,4", "--eval-every", "50"],
+                            f"Fig. 6: beta {b} on on-policy samples")
+       for b in ("0", "0.02", "0.2", "0.5")},
+    # [SPO] §5: half online, half offline (correct samples of pi_0, made by
+    # scripts/spo_offline_data.py --correct-only before the run: OFFLINE)
+    "spo-mix": ("spo.py", ["--online-fraction", "0.5", "--offline-data", "OFFLINE"],
+                "[SPO] §5's half-online run: half of each batch from correct pi_0 samples"),
 }
+OFFLINE = "spo-offline-correct.jsonl"  # in --out: the offline data of the rows that name OFFLINE
 TIME_START, TIME_END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 KEYS = [("eval3/greedy/accuracy", "3: greedy"), ("eval3/sampled/accuracy", "3: T=1"),
         ("eval4/greedy/accuracy", "4: greedy"), ("eval4/sampled/accuracy", "4: T=1"),
@@ -78,13 +90,15 @@ def run(name: str, seed: int, args) -> dict:
     if not os.path.exists(os.path.join(out, "final", "config.json")):
         subprocess.run(["rm", "-rf", out])
         script, flags, _ = ROWS[name]
+        flags = [os.path.join(args.out, OFFLINE) if f == "OFFLINE" else f for f in flags]
         cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads", "1",
                "--time-limit", f"{args.minutes:g}", "--out", out, *flags]
         with open(out + ".log", "w") as log:
             subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     evals = [r for r in rows if KEYS[0][0] in r]
-    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"], "curve": evals}
+    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"], "curve": evals,
+            "out": out}
 
 
 FIGURES = {  # panel title: (x, rows), seed 0's evaluations along each run
@@ -96,6 +110,9 @@ FIGURES = {  # panel title: (x, rows), seed 0's evaluations along each run
         "kl_to_ref", {"agro-on-b0.05-k0.25": "on-policy, beta 0.05",
                       "agro-off-b0.1-s34": "off-policy, beta 0.1",
                       "agro-off-b0.3-s34": "off-policy, beta 0.3"}),
+    **{f"[AGRO] Fig. 6's shape: beta on on-policy samples, by {x}": (
+        x, {f"agro-on-b{b}-k0": f"beta {b}" for b in ("0", "0.02", "0.05", "0.2", "0.5")})
+       for x in ("step", "kl_to_ref")},
 }
 
 
@@ -105,9 +122,9 @@ def plot(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(FIGURES), figsize=(6 * len(FIGURES), 4.2),
+    fig, axes = plt.subplots(2, (len(FIGURES) + 1) // 2, figsize=(12, 8.4),
                              constrained_layout=True)
-    for ax, (title, (x, rows)) in zip(axes, FIGURES.items()):
+    for ax, (title, (x, rows)) in zip(axes.flat, FIGURES.items()):
         for name, label in rows.items():
             if name in results:
                 curve = results[name][0]["curve"]
@@ -119,6 +136,51 @@ def plot(results: dict, path: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.savefig(path, dpi=100)
+
+
+PASS_ROWS = ("rloo", "spo-b0.087", "spo-mix", "agro-on-b0.05-k0.25")  # [SPO]'s diversity claim
+PASS_K = (1, 2, 4, 8)
+
+
+def pass_at_ks(model_path: str) -> dict:
+    """pass@k, k = 1..8, of a model on the held-out sets (the runs' own: seed 0, 200 problems a
+    size), from 8 samples at T = 1 a problem drawn with seed 0; cached beside the model."""
+    cache = os.path.join(model_path, "pass_at_k.json")
+    if os.path.exists(cache):
+        return json.load(open(cache))
+    sys.path.insert(0, ROOT)
+    import common
+    from tasks import get_task
+    model, tok = common.load_model(model_path)
+    task, out = get_task("countdown"), {}
+    engine = common.make_engine("auto", model, tok, model_path)
+
+    for size in task.SIZES:
+        problems = task.get_problems("test", 200, size=size, seed=0)
+        prompts = common.encode_prompts(task, problems, tok, common.prompt_style(model, tok))
+        groups = engine.generate(prompts, common.SamplingConfig(8, 64, seed=0))
+        wins = [sum(task.is_correct(p, s.text) for s in g) for p, g in zip(problems, groups)]
+        out[str(size)] = [mean(common.pass_at_k(8, c, k) for c in wins) for k in range(1, 9)]
+    common.write_json_atomic(cache, out)
+    return out
+
+
+def pass_table(results: dict, args) -> list[str]:
+    """[SPO]'s diversity claim in miniature: pass@k against k, SFT and the final models (seed 0)."""
+    models = {"SFT (start)": args.sft, **{name: os.path.join(results[name][0]["out"], "final")
+                                         for name in PASS_ROWS if name in results}}
+    head = [f"{size}: pass@{k}" for size in ("3", "4") for k in PASS_K]
+    lines = ["", "pass@k at the end of the runs (seed 0): 8 samples at T = 1 a held-out problem, "
+             "the unbiased estimator; \"gap\" = pass@8 - pass@1, the diversity [SPO] §5 says SPO "
+             "keeps where a policy gradient method loses it.", "",
+             "| model | " + " | ".join(head) + " | 3: gap | 4: gap |",
+             "|---" * (len(head) + 3) + "|"]
+    for name, path in models.items():
+        pk = pass_at_ks(path)
+        cells = [f"{100 * pk[size][k - 1]:.1f}" for size in ("3", "4") for k in PASS_K]
+        gaps = [f"{100 * (pk[size][7] - pk[size][0]):.1f}" for size in ("3", "4")]
+        lines.append(f"| {name} | " + " | ".join(cells + gaps) + " |")
+    return lines
 
 
 def cell(values: list[float]) -> str:
@@ -139,6 +201,11 @@ def main():
     unknown = [n for n in names if n not in ROWS]
     if unknown or "rloo" not in names:
         p.error(f"--rows: unknown {unknown}; choose from {', '.join(ROWS)} (rloo included)")
+    offline = os.path.join(os.path.abspath(args.out), OFFLINE)
+    if any("OFFLINE" in ROWS[name][1] for name in names) and not os.path.exists(offline):
+        os.makedirs(args.out, exist_ok=True)  # [SPO] §5's offline data: correct samples of pi_0
+        subprocess.run([sys.executable, "scripts/spo_offline_data.py", "--model", args.sft,
+                        "--out", offline, "--correct-only"], cwd=ROOT, check=True)
     results = run_all(run, names, args)  # two runs side by side, one thread each
     sampled = [k for k, label in KEYS if "T=1" in label]
     start = {k: mean([r["first"][k] for r in results["rloo"]]) for k, _ in KEYS}
@@ -171,6 +238,7 @@ def main():
               f"{args.minutes:g}`):", ""]
     lines += [f"- {name}: `python {shlex.join([ROWS[name][0], *ROWS[name][1]])}`"
               for name in results]
+    lines += pass_table(results, args)
     notes = os.path.splitext(args.doc)[0] + "-notes.md"  # the hand-written reading, appended
     if os.path.exists(notes):
         lines += ["", open(notes).read().rstrip()]
