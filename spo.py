@@ -108,8 +108,8 @@ def parse_args(argv=None):
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
     add("--lr", type=common.positive_float, default=6e-5,
-        help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, "
-             "docs/RESULTS.md)")
+        help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, commit "
+             "005aa1c; 1.2e-4 did worse, docs/RESULTS-agro-spo.md)")
     add("--warmup", type=common.nonnegative_int, default=10,
         help="linear warm-up steps (paper: 200)")
     common.add_run_flags(p, eval_every=75, save_every=50, micro_batch=64, problems=False,
