@@ -48,6 +48,12 @@ ROWS = {  # name: (flags, the sentence the row tests)
                                          "topr.py's --temperature"),
     "defaults, lr 5e-5, 1000 prompts x 4": (["--lr", "5e-5", "--prompts", "1000", "--n", "4"],
                                             "topr.py's --prompts / --n"),
+    "defaults, lr 5e-5, c = -0.9": (["--lr", "5e-5", "--c", "-0.9"], "topr.py's --c, p~ higher"),
+    "defaults, lr 5e-5, mu at T = 0.7, 10 rounds": (["--lr", "5e-5", "--temperature", "0.7",
+                                                     "--iterations", "10"],
+                                                    "T = 0.7 with more rounds"),
+    "defaults, lr 5e-5, anna-karenina": (["--lr", "5e-5", "--sampling", "anna-karenina"],
+                                         "[TOPR] §4.3's selection"),
 }
 # [CR] Table 1: "average score" (mean reward at T = 0.15 decoding) of the base Qwen2.5-0.5B.
 CR_TABLE1 = {"sft": 0.3385, "report: original": 0.2270, "report: A": 0.4060,
