@@ -49,9 +49,6 @@ ROWS = {  # name: (flags, the sentence the row tests)
     "defaults, lr 5e-5, 1000 prompts x 4": (["--lr", "5e-5", "--prompts", "1000", "--n", "4"],
                                             "topr.py's --prompts / --n"),
     "defaults, lr 5e-5, c = -0.9": (["--lr", "5e-5", "--c", "-0.9"], "topr.py's --c, p~ higher"),
-    "defaults, lr 5e-5, mu at T = 0.7, 10 rounds": (["--lr", "5e-5", "--temperature", "0.7",
-                                                     "--iterations", "10"],
-                                                    "T = 0.7 with more rounds"),
     "defaults, lr 5e-5, anna-karenina": (["--lr", "5e-5", "--sampling", "anna-karenina"],
                                          "[TOPR] §4.3's selection"),
 }
