@@ -22,6 +22,7 @@ the sampling defaults a checkpoint ships in its generation_config.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import glob
 import json
@@ -521,16 +522,11 @@ class HFEngine:
 
 
 class _KVCache:
-    """The least that HF's attention layers need as `past_key_values`: update() writes the new
-    keys and values in place into buffers that grow `chunk` columns at a time, and returns each
-    buffer whole. A whole buffer is one contiguous tensor, which attention's batched products read
-    2-3x faster on a CPU than the filled part as a strided slice; the columns not yet written are
-    zeros, and the engine's mask gives them no weight. HF's DynamicCache concatenates every
-    layer's whole cache at every token instead.
-
-    A grown or thinned buffer is laid on memory kept in `arena` (two flat tensors a buffer, taken
-    in turns), not freshly allocated: first writes to fresh memory (page faults) took ~7% of a
-    decode on a CPU, and an engine passes the same arena to every batch."""
+    """The least HF's attention layers need as `past_key_values`: update() writes new keys and
+    values in place into contiguous buffers that grow `chunk` columns at a time and returns them
+    whole (read 2-3x faster on a CPU than a strided slice; the unwritten columns are zeros that the
+    mask ignores). Buffers lie on memory kept in `arena`, two flat tensors each taken in turns,
+    since page faults of fresh memory took ~7% of a decode."""
 
     def __init__(self, chunk: int = 16, arena: dict | None = None):
         self.chunk, self.start, self.k, self.v = chunk, 0, {}, {}
@@ -580,29 +576,17 @@ class _KVCache:
 class KVEngine(HFEngine):
     """The trainer's own model, decoded by a short loop of ours instead of HF `generate`.
 
-    Same distribution as HFEngine, token for token under the same seed and batch size
-    (tests/test_common.py): the same model forward, HF's own temperature/top-k/top-p warpers, and
-    one torch.multinomial over the whole batch per token, as generate() draws. Faster on a CPU
-    because it skips work that a profile of generate() on the tiny model showed
-    (scripts/bench_generation.py measures):
-    - each distinct prompt is read once, and its cache copied to its n samples;
-    - the cache is written in place (_KVCache), not concatenated anew at every token, into
-      buffers that attention reads whole (contiguous), the unwritten columns masked, on memory
-      the engine keeps from batch to batch (its arena: twice the largest batch's cache, at most
-      1 GiB);
-    - finished rows leave the batch once they are a quarter of it, instead of decoding to the end;
-    - attention is matmul-softmax-matmul ("eager"): with one query token, torch's fused CPU
-      kernel (SDPA) took 1.5-2.4x longer at batch 256-512;
-    - batches are larger (max_rows): the per-token cost of each small operation is shared by
-      more rows.
-    Needs a model whose forward takes a 4D additive attention mask and a cache object with
-    update(), as Llama, Qwen2 and most decoder-only models of transformers 5 do.
+    HFEngine's samples token for token under the same seed and batch size (tests/test_common.py):
+    the same forward, HF's warpers, one torch.multinomial over the batch a token. Faster on a CPU
+    (scripts/bench_generation.py) because each distinct prompt is read once and its cache copied
+    to its n samples; the cache is written in place (_KVCache); finished rows leave the batch once
+    they are a quarter of it; attention is "eager" (torch's fused CPU kernel took 1.5-2.4x longer
+    with one query token); and batches are larger. Needs a model whose forward takes a 4D additive
+    mask and a cache with update(), as Llama, Qwen2 and most decoder-only models of transformers 5.
     """
     name = "kv"
-    # Rows a batch: as many as fit a 512 MiB cache, at most 512 (with the arena, 512 rows decoded
-    # the tiny model 3% slower than 1024 at 170 MB less peak memory; 256 rows were 30% slower).
-    # Samples equal HF generate's under a seed only at the same batch size: each batch is one
-    # multinomial draw a token.
+    # Rows a batch: as many as fit a 512 MiB cache, at most 512 (1,024 were 3% faster at 170 MB
+    # more memory, 256 30% slower). Samples equal HF generate's only at the same batch size.
     cache_bytes, max_rows = 2**29, 512
 
     def __init__(self, *args, **kwargs):
@@ -808,19 +792,15 @@ class VLLMEngine:
         """A clean shutdown: with `del` alone, memory grew from engine to engine."""
         if self.llm is None:
             return
-        try:
+        with contextlib.suppress(Exception):
             self.llm.llm_engine.engine_core.shutdown()
-        except Exception:
-            pass
         self.llm = None
         gc.collect()
-        try:
+        with contextlib.suppress(Exception):
             from vllm.distributed.parallel_state import (destroy_distributed_environment,
                                                          destroy_model_parallel)
             destroy_model_parallel()
             destroy_distributed_environment()
-        except Exception:
-            pass
 
 
 def vllm_available() -> bool:
@@ -887,17 +867,13 @@ def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k:
              all_rewards: bool = False, seed: int | None = 0, top_k: int = 0) -> dict:
     """The one evaluation every script reports, so that numbers compare across algorithms.
 
-    greedy/*  : one greedy completion per problem.
-    sampled/* : k completions per problem at `temperature` (default 1, the policy itself),
-                `top_p`, `top_k`.
-    Each block: accuracy (fully correct), reward (mean, `reward_variant`, default the task's first
-    variant), format_rate (an <answer> tag is present), length (mean completion tokens). Plus pass@k
-    (unbiased estimator from the k samples) and maj@k (the most frequent answer string of the k,
-    whitespace removed, is correct).
-    all_rewards: also report the mean reward under every variant of the task (reward_A, ...).
-    seed: the samples are drawn with this seed (None: from the global RNG), so an evaluation neither
-    consumes the training RNG (a resumed run repeats the uninterrupted one whatever it evaluated)
-    nor differs between two runs by luck: two checkpoints are compared on common random numbers.
+    greedy/*: one greedy completion a problem; sampled/*: k completions at `temperature` (default
+    1, the policy itself), `top_p`, `top_k`. Each block: accuracy (fully correct), reward (mean,
+    `reward_variant`, default the task's first; all_rewards: every variant too), format_rate (an
+    <answer> tag is present), length (mean tokens); then pass@k (unbiased) and maj@k (the most
+    frequent answer of the k, whitespace removed, is correct). The samples are drawn with `seed`
+    (None: the global RNG), so an evaluation never consumes the training RNG and two checkpoints
+    are compared on common random numbers.
     """
     metrics = {}
     reward_variant = reward_variant or task.REWARD_VARIANTS[0]
@@ -1292,17 +1268,11 @@ def check_finite(step: int, hint: str, **values: float) -> None:
 
 
 class StopOnInterrupt:
-    """Ctrl-C (SIGINT) asks the training loop to stop at the end of the current step.
-
-    with StopOnInterrupt() as stop:
-        while ...:
-            ...one step...
-            if stop.requested: save a checkpoint, print how to resume, exit
-    A second Ctrl-C stops at once (KeyboardInterrupt). Outside the main thread it does nothing.
-    """
+    """`with StopOnInterrupt() as stop:` Ctrl-C (SIGINT) sets stop.requested, which the training
+    loop reads after each step (then saves, prints how to resume and exits); a second Ctrl-C stops
+    at once (KeyboardInterrupt). Outside the main thread it does nothing."""
     def __init__(self):
-        self.requested = False
-        self._previous = None
+        self.requested, self._previous = False, None
 
     def _handler(self, signum, frame):
         if self.requested:

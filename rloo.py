@@ -24,13 +24,11 @@ A group whose k advantages are all 0 adds nothing to the gradient; rloo_step pas
 forward or backward pass) and still divides by the whole batch, so the estimate is Eq. 3's.
 
 Dynamic sampling (`--resample-uniform`, as in DAPO; off by default, as [CR] and [RLOO] are
-written): such groups dilute the batch mean, so they are set aside and further prompts are drawn
-until the batch holds --prompts groups whose advantages can be non-zero. A group is set
-aside only when its regularised rewards R_i are all equal: with beta = 0, when its k rewards r are
-equal; with beta > 0, when its rewards are equal AND its k completions are identical (then the h_i
-are equal too). A group with equal r but different completions still carries the KL term
--beta (h_i - mean h), and dropping it would bias the gradient of J; dropping groups with A = 0 only
-rescales it.
+written): such groups dilute the batch mean, so they are set aside and further prompts drawn until
+the batch holds --prompts groups whose advantages can be non-zero. A group is set aside only when
+its R_i are all equal: its rewards r are equal and, with beta > 0, its k completions identical
+too. A group with equal r but different completions still carries the KL term -beta (h_i - mean h),
+and dropping it would bias the gradient of J; dropping groups with A = 0 only rescales it.
 
 Run:  python sft.py --task countdown && python rloo.py --task countdown     (CPU, minutes)
       python rloo.py --model runs/sft-.../final --engine vllm               (GPU)
@@ -55,8 +53,8 @@ from tasks import get_task
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=common.positive_int, default=400,
-                   help="optimizer steps (one per batch) and the horizon of the lr decay: under 5 "
-                        "minutes on 2 CPU cores with the tiny model")
+                   help="optimizer steps, one a batch, and the lr decay's horizon (tiny model: "
+                        "under 5 minutes on 2 CPU cores)")
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     p.add_argument("--k", type=int, default=4,
                    help="samples per prompt (k >= 2); 64 x 4 learned faster per step than 32 x 8 "
@@ -66,8 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
                    help="seq: sum over tokens then mean over sequences (Eq. 3); seq/len; token")
     p.add_argument("--reward", default=None,
-                   help="reward variant trained on (Countdown: original, A, B); default: the "
-                        "task's first")
+                   help="reward variant trained on; default: the task's first")
     p.add_argument("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
                    help="draw more prompts until --prompts groups have advantages that can be "
                         "non-zero (dynamic sampling; module docstring)")
@@ -80,8 +77,7 @@ def parse_args(argv=None):
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")
     p.add_argument("--lr-schedule", choices=["linear", "constant"], default="linear",
-                   help="after the warm-up: linear decay to 0 at --steps (TRL's default), or "
-                        "constant")
+                   help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
     common.add_run_flags(p, eval_every=50, save_every=50, micro_batch=8,
                          micro_help="prompts (groups of k) per forward/backward pass: memory and "
                          "speed, not maths (8 x 4 rows were the fastest on a CPU)")
@@ -277,8 +273,7 @@ def load_inputs(args, parser) -> tuple[common.Inputs, common.Run]:
     """Check every input (flags, files, checkpoint) and load it; bad input: one line, exit 2."""
     try:
         if args.k < 2:
-            raise common.UsageError(f"--k must be at least 2 for a leave-one-out baseline, "
-                                    f"got {args.k}")
+            raise common.UsageError(f"--k must be at least 2 for leave-one-out, got {args.k}")
         task = get_task(args.task)
         args.reward = common.check_reward(task, args.reward)
         pool, held_out = common.task_problems(task, args)

@@ -8,16 +8,12 @@ the negative log-likelihood of the completion tokens only (prompt and padding ar
 the EOS token appended to every completion so that the model learns to stop. AdamW, linear warm-up
 then cosine decay, gradient clipping at 1.0 and gradient accumulation, as in [CR] §4.4.
 
-Data
-  * default: demonstrations made by the task's solver (`task.demonstration`), e.g. for Countdown the
-    completion "<answer>(45-12)+3</answer>"; with --demo-steps it first writes the steps:
-    "45-12=33,33+3=36 <answer>(45-12)+3</answer>".
-  * --data FILE.jsonl, or a hub dataset ORG/NAME (needs `datasets` and the hub): rows holding the
-    task's problem fields (`task.FIELDS`; Countdown: "nums", "target") and a "completion".
-In both cases the prompt x is built from the problem exactly as the RL scripts build it
-(common.encode_prompts: the task's prompt, in the model's chat template if it has one), so that a
-model trained here and then by rloo.py or topr.py is conditioned on the same token ids. A row's own
-"prompt"/"query" text is not used (the run prints how many rows had one that differs).
+Data: the task solver's demonstrations (Countdown: "<answer>(45-12)+3</answer>", with
+--demo-steps "45-12=33,33+3=36 <answer>(45-12)+3</answer>"), or --data, a JSONL file or hub
+dataset of rows with the task's problem fields (`task.FIELDS`) and a "completion". The prompt x is
+built from the problem as the RL scripts build it (common.encode_prompts), so that they condition
+on the same token ids; a row's own "prompt"/"query" text is not used (the run counts those that
+differ).
 
 Run:  python sft.py --task countdown          (tiny model, CPU, ~5 minutes)
       python sft.py --model Qwen/Qwen2.5-0.5B-Instruct --lr 1e-5 --warmup 500 --batch-size 32 ...
@@ -52,8 +48,7 @@ def parse_args(argv=None):
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # optimisation
     p.add_argument("--steps", type=common.positive_int, default=700, help="optimizer steps")
-    p.add_argument("--batch-size", type=common.positive_int, default=128,
-                   help="examples per optimizer step")
+    p.add_argument("--batch-size", type=common.positive_int, default=128, help="examples a step")
     p.add_argument("--grad-accum", type=common.positive_int, default=1,
                    help="split each batch into this many micro-batches (same maths, less memory)")
     p.add_argument("--lr", type=common.positive_float, default=1e-3, help="peak learning rate")
@@ -68,8 +63,7 @@ def parse_args(argv=None):
     # data made by the task
     p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels, e.g. "
                    "3,4 (Countdown: numbers a puzzle); default: the task's SIZES")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="problems per size")
+    p.add_argument("--train-size", type=common.positive_int, default=20000, help="problems a size")
     p.add_argument("--demo-steps", action="store_true",
                    help="demonstrations write the solution's steps before the answer")
     # evaluation
@@ -83,8 +77,7 @@ def parse_args(argv=None):
                    help="samples per problem for sampled accuracy/pass@k (0: none)")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--reward", default=None,
-                   help="reward variant reported in evaluation (Countdown: original, A, "
-                        "B); default: the task's first")
+                   help="reward variant reported in evaluation; default: the task's first")
     p.add_argument("--engine", default="auto", choices=common.ENGINES,
                    help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
     # system
@@ -219,7 +212,7 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
 
 
 # -------------------------------------------------------------------------------------------------
-# Inputs, evaluation, checkpoints
+# Inputs
 # -------------------------------------------------------------------------------------------------
 @dataclass
 class Inputs:
@@ -272,14 +265,6 @@ def load_inputs(args, parser, device: str) -> Inputs:
     return Inputs(task, train, eval_sets, model, tokenizer, model_path, run, state)
 
 
-def run_eval(engine, inputs: Inputs, args, k: int) -> dict:
-    """Held-out evaluation on each size: greedy, plus k samples at temperature 1 when k > 0."""
-    inputs.model.eval()
-    engine.sync(inputs.model)  # vLLM: push the current weights; HF generate uses the model itself
-    return common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=k,
-                                 max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
-
-
 # -------------------------------------------------------------------------------------------------
 # The algorithm
 # -------------------------------------------------------------------------------------------------
@@ -313,8 +298,12 @@ def main(argv=None):
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")
             evaluate = done % args.eval_every == 0 or done == args.steps
-            if evaluate:
-                row.update(run_eval(engine, inputs, args, args.eval_k if done == args.steps else 0))
+            if evaluate:  # greedy; the last evaluation also samples --eval-k at T = 1
+                model.eval()
+                engine.sync(model)  # vLLM: push the current weights
+                row.update(common.evaluate_sizes(
+                    engine, inputs.task, inputs.eval_sets, max_new_tokens=args.max_new_tokens,
+                    k=args.eval_k if done == args.steps else 0, reward_variant=args.reward))
                 common.report(done, row, ("loss", "greedy/format_rate"))
             run.log(done, row)
             if evaluate or stop.requested:

@@ -21,20 +21,15 @@ The baseline c is not neutral off-policy (Eqs. 9-10, Prop. 3.1): it re-weights t
 script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several reward levels:
 docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
 
-Rewards and split. With [TOPR]'s reward (`--reward pm1`, +1/-1) the split is by sign and c
-defaults to -0.8, the largest p~ tried and the most accurate (scripts/topr_experiments.py). The
-task's rewards (`--reward original|A|B|A+B`) lie in [0, 1] but for small penalties, so R - c >= 0
-for nearly every sample and TOPR would be reward-weighted SFT; for them the defaults are [CR]
-Eq. 4: c = 0, split 1 (R = 1 gets the SFT term, every R < 1 the ratio [pi/mu]_0^1 times R).
-`--report-variant original|A|A+B` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).
+Rewards and split: with [TOPR]'s +1/-1 reward (`--reward pm1`) T- is R - c < 0 and c defaults to
+-0.8 (the most accurate p~ tried, scripts/topr_experiments.py); the task's rewards (`--reward
+original|A|B|A+B`) lie in [0, 1], so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT term, every
+R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).
 
-Algorithm 1, as run here:
-  1. generate: --prompts training prompts, --n completions each from mu (the SFT model, or
-     pi_{i-1} in iteration i > 1, [TOPR] §4.3), rewarded and written to RUN/data-ITER.jsonl
-     (`--data FILE` replaces this in the first iteration).
-  2. select: `uniform` keeps every sample; `anna-karenina` keeps the first positive of each prompt
-     and every negative ([TOPR] §4.3).
-  3. train --epochs passes over the selected samples, minibatches of --batch-size, constant lr.
+Algorithm 1, as run here, in main(): for each iteration, 1. sample --n completions of --prompts
+prompts from mu = pi_{it-1} (the SFT model first, [TOPR] §4.3) into RUN/data-IT.jsonl (`--data`
+replaces the first); 2. select (`uniform`, or `anna-karenina`: each prompt's first positive and
+every negative, §4.3); 3. --epochs passes of minibatch updates at a constant lr.
 
 Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
@@ -311,24 +306,24 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
 def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
     """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids` and
     `completion_ids` are used when present (else the prompt is rebuilt and the text tokenized, EOS
-    appended when `finished` is not false); `lp_mu` may be missing (then fill_lp_mu). UsageError
+    appended unless `finished` is false); a missing `lp_mu` is filled by fill_lp_mu. UsageError
     naming the file and line if anything is wrong."""
     rows = []
     for i, r in enumerate(common.read_jsonl(path, "--data file"), 1):
-        where = f"{path}:{i}"
         if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
-            raise common.UsageError(f"{where}: needs a `problem` object and a `completion` string")
+            raise common.UsageError(f"{path}:{i}: needs a `problem` object and a `completion` "
+                                    "string")
         try:
             r["problem"] = task.problem_from_row(r["problem"])
         except ValueError as e:
-            raise common.UsageError(f"{where}: `problem` is not a {task.NAME} problem ({e})") \
+            raise common.UsageError(f"{path}:{i}: `problem` is not a {task.NAME} problem ({e})") \
                 from None
         lp_mu = r.get("lp_mu", 0.0)
         if not (isinstance(lp_mu, (int, float)) and math.isfinite(lp_mu)):
-            raise common.UsageError(f"{where}: lp_mu must be a finite number")
+            raise common.UsageError(f"{path}:{i}: lp_mu must be a finite number")
         for key in ("prompt_ids", "completion_ids"):
             if key in r and not (isinstance(r[key], list) and all(type(t) is int for t in r[key])):
-                raise common.UsageError(f"{where}: {key} must be a list of token ids")
+                raise common.UsageError(f"{path}:{i}: {key} must be a list of token ids")
         r["grade"] = task.grade(r["problem"], r["completion"])
         r.setdefault("prompt_index", task.problem_key(r["problem"]))
         if "prompt_ids" not in r:
