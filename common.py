@@ -245,12 +245,10 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
 
 
 def _set_tokenizer_class(path: str) -> None:
-    cfg_file = os.path.join(path, "tokenizer_config.json")
-    with open(cfg_file) as f:
+    with open(os.path.join(path, "tokenizer_config.json")) as f:
         cfg = json.load(f)
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    with open(cfg_file, "w") as f:
-        json.dump(cfg, f, indent=2)
+    write_json_atomic(os.path.join(path, "tokenizer_config.json"), cfg, indent=2)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -1027,10 +1025,7 @@ class Run:
                 raise UsageError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
             if isinstance(row, dict) and row.get("step", step + 1) <= step:
                 kept.append(json.dumps(row) + "\n")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(kept)
-        os.replace(tmp, path)
+        write_text_atomic(path, "".join(kept))
 
     def path(self, *names) -> str:
         return os.path.join(self.dir, *names)
@@ -1092,14 +1087,10 @@ def save_checkpoint(path: str, model, tokenizer, state: dict | None = None) -> N
 
 
 class Snapshots:
-    """The model as it stands at given minutes of wall clock since the script started (--snapshots
-    1,2,5): the points of a time-to-accuracy curve, saved as RUN/snapshots/<m>min and evaluated
-    afterwards (scripts/time_to_accuracy.py), so that evaluating them costs the run no time.
-
-    take() is called before each step and once after the last: a snapshot holds the weights at its
-    minute, late by at most one step; snapshot.json records when each was taken and its step. A
-    run that ends before a minute stands there with its final weights.
-    """
+    """The model at given minutes since the start (--snapshots 1,2,5), saved as
+    RUN/snapshots/<m>min and evaluated afterwards (scripts/time_to_accuracy.py) so that it costs
+    the run no time. take() runs before each step (late by at most one step; snapshot.json says
+    when and at which step) and once at the end, for the minutes the run did not reach."""
 
     def __init__(self, minutes: list[float] | None, started: float, run_dir: str):
         self.due, self.started, self.dir = list(minutes or []), started, run_dir
