@@ -4,8 +4,7 @@
 for Sequence Models", 2025, arXiv:2503.05453.
 
 The objective is E_pi r - beta KL(pi || pi_0) ([SPO] Eq. 1), pi_0 the frozen start model, with a
-terminal reward r = 0 for a correct answer and -1 otherwise. The policy IS the Q-function ([SPO]
-§2.4):
+terminal reward r = 0 for a correct answer and -1 otherwise. The policy IS the Q-function (§2.4):
 
     A_t = beta * (log pi_theta(a_t|x,a<t) - log pi_0(a_t|x,a<t))        (Eq. 11)
     Q_t = Q0_hat(x) + sum_{t'<=t} A_t'                                   (Eq. 12, cumulative Q)
@@ -19,19 +18,15 @@ A_t onto r - Q0_hat under a sigmoid (`advantage`). The fixed point is pi* = pi_0
 Q0_hat(x) = beta log(S0 + (1 - S0) e^{-1/beta}) comes from --q0-samples samples of pi_0 at
 temperature 1 (§3.1.3).
 
-The loop (main): estimate Q0_hat for every training prompt once; then at each step refresh the
-sampler's weights every --model-update-interval steps, draw a batch of its samples mixed with
-offline trajectories (§3.2), and take one optimizer step on the loss (spo_step).
+The loop (main): Q0_hat of every training prompt once; then each step a batch of the sampler's
+(refreshed every --model-update-interval steps) and offline trajectories (§3.2), one optimizer step.
 
-Our default beta is the paper's 1/ln 1e5: in 5 minutes it and 0.2 gained about alike, both about
-twice what 0.5 gained (docs/RESULTS-agro-spo.md). With so small a beta Q0_hat sits near the best
-reward of an easy prompt and the first updates mostly push sampled failures down; a larger beta
-makes the first update a centred REINFORCE step (docs/DERIVATIONS.md) but regularises more. The
-paper's other settings are flags:
-      python spo.py --temperature 0.1,0.8 --top-p 0.95 --model-update-interval 10
-      python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
-      python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5  # half
-      python spo.py --model runs/sft-.../final --engine vllm --q0-samples 800             # GPU
+beta is the paper's 1/ln 1e5: Q0_hat then sits near an easy prompt's best reward and the first
+updates mostly push sampled failures down; a larger beta makes the first update a centred REINFORCE
+step (docs/DERIVATIONS.md) but regularises more. The paper's settings, Q0 from 800 samples on a
+GPU, then half online on scripts/spo_offline_data.py's samples of pi_0:
+      python spo.py --temperature 0.1,0.8 --top-p 0.95 --model-update-interval 10 --q0-samples 800
+      python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5
 """
 from __future__ import annotations
 
@@ -56,12 +51,11 @@ BETA = 1 / math.log(1e5)  # the paper's beta: a failure (r = -1) is worth a like
 
 def temperature_range(text: str) -> tuple[float, float]:
     """argparse type: "lo,hi" with 0 < lo <= hi, both finite."""
-    parts = text.split(",")
     try:
-        lo, hi = float(parts[0]), float(parts[-1])
-    except ValueError:
+        lo, hi = (float(part) for part in text.split(","))
+    except ValueError:  # not two numbers
         lo = hi = math.nan
-    if len(parts) != 2 or not 0 < lo <= hi < math.inf:
+    if not 0 < lo <= hi < math.inf:
         raise argparse.ArgumentTypeError(f"expected lo,hi with 0 < lo <= hi (finite), got {text!r}")
     return lo, hi
 
@@ -69,49 +63,34 @@ def temperature_range(text: str) -> tuple[float, float]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add = p.add_argument
-    add("--beta", type=common.positive_float, default=BETA,
-        help=f"KL strength: the paper's 1/ln 1e5 = {BETA:.4f} (as much as 0.2, more "
-             "than 0.5 in 5 minutes, docs/RESULTS-agro-spo.md)")
+    add("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5)")
     add("--objective", choices=["terminal", "nonterminal", "advantage"], default="terminal",
-        help="terminal: L(Q_T, r); nonterminal: sum_t L(Q_t, reverse-Q target R_t); "
-             "advantage: binary KL(sigmoid(r - Q0) || sigmoid(sum_t A_t)) (§3.1.2)")
+        help="what is regressed onto the reward (§3.1.2, spo_loss)")
     add("--loss", choices=["sq", "ce"], default="sq",
-        help="sq: (Q - r)^2 (best in the paper's ablation); ce: binary cross-entropy on Q/beta as "
-             "a log-probability, clipped (the paper's main runs). Ignored by --objective advantage")
-    add("--eps", type=common.positive_float, default=1e-3,
-        help="ce: the prediction Q/beta is clipped to <= -eps in the forward pass (paper: 'close "
-             "to 0')")
+        help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
+    add("--eps", type=common.positive_float, default=1e-3, help="ce's clip of Q/beta (paper: ~0)")
     add("--train-prompts", type=common.positive_int, default=256,
         help="training problems per size: the finite pool whose Q0 is estimated before training")
     add("--problems", type=common.problems_source, default=None,
         help="training problems from a JSONL file, `hub` or a hub dataset id")
     add("--q0-samples", type=common.positive_int, default=64,
-        help="samples of pi_0 (temperature 1) per training problem for Q0_hat (paper: 800; 64 "
-             "keeps the estimate to minutes on a CPU)")
-    add("--q0-chunk", type=common.positive_int, default=32,
-        help="problems per Q0 generation call, the cache saved after each")
-    add("--q0-cache", default=None, metavar="FILE",
-        help="reuse the Q0 estimates of another run's q0.jsonl made the same way")
-    add("--batch-size", type=common.positive_int, default=256,
-        help="trajectories per optimizer step (the online part rounded to whole prompts)")
-    add("--samples-per-prompt", type=common.positive_int, default=8,
-        help="online samples per prompt")
+        help="samples of pi_0 (T = 1) a training problem for Q0_hat (paper: 800; 64 for CPU time)")
+    add("--q0-chunk", type=common.positive_int, default=32, help="problems a Q0 cache update")
+    add("--q0-cache", default=None, metavar="FILE", help="another run's q0.jsonl to reuse")
+    add("--batch-size", type=common.positive_int, default=256, help="trajectories a step")
+    add("--samples-per-prompt", type=common.positive_int, default=8, help="online samples a prompt")
     add("--online-fraction", type=common.fraction, default=1.0,
         help="share of each batch sampled online; the rest comes from --offline-data (paper: 0.5)")
-    add("--offline-data", default=None, metavar="FILE",
-        help="JSONL of offline trajectories from any source (read_offline)")
+    add("--offline-data", default=None, metavar="FILE", help="offline trajectories (read_offline)")
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
-    add("--top-p", type=common.positive_float, default=1.0,
-        help="online nucleus sampling (paper: 0.95)")
+    add("--top-p", type=common.positive_float, default=1.0, help="nucleus sampling (paper: 0.95)")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
     add("--lr", type=common.positive_float, default=6e-5,
-        help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, commit "
-             "005aa1c; 1.2e-4 did worse, docs/RESULTS-agro-spo.md)")
-    add("--warmup", type=common.nonnegative_int, default=10,
-        help="linear warm-up steps (paper: 200)")
+        help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, 005aa1c)")
+    add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
     common.add_run_flags(p, eval_every=75, save_every=50, micro_batch=64, problems=False,
                          micro_help="trajectories per forward/backward pass: memory only")
     return p, p.parse_args(argv)
@@ -134,8 +113,7 @@ def cumulative_q(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch
                  q0: torch.Tensor, beta: float):
     """The cumulative Q-parameterization, Eqs. 11-12.
 
-    logprobs:     [N, T] log pi_theta(a_t | x, a<t) of the trajectory's tokens, with gradient; 0 on
-    pads
+    logprobs:     [N, T] log pi_theta(a_t | x, a<t) of the tokens, with gradient; 0 on pads
     ref_logprobs: [N, T] log pi_0 of the same tokens (detached here)
     mask:         [N, T] 1 on completion tokens, EOS included
     q0:           [N]    Q0_hat of each trajectory's prompt
@@ -160,8 +138,7 @@ def squared_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def ce_loss(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     """Binary cross-entropy between log-probabilities, clipped as in §3.1.1, elementwise.
 
-    pred = y_hat and target = y are log-probabilities (in SPO, Q/beta), any equal shapes. With x =
-    e^y:
+    pred = y_hat and target = y are log-probabilities (in SPO, Q/beta), equal shapes; x = e^y:
         L = x * relu(-y_hat) - (1 - x) * log(1 - e^{y_hat_c})  - H(x)
     * y is clipped to <= 0; y_hat_c = min(y_hat, -eps) in the forward pass with a straight-through
       gradient (the backward pass ignores the clip), so log(1 - e^y_hat_c) is always finite;
@@ -181,9 +158,8 @@ def ce_loss(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-3) -> torc
 
 
 def binary_kl_with_logits(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """BCEWithLogits(logits, target) - H(target), elementwise: 0 exactly at sigmoid(logits) = target
-
-    logits, target: equal shapes; target in [0, 1]."""
+    """BCEWithLogits(logits, target) - H(target), elementwise: 0 exactly at sigmoid(logits) =
+    target. logits, target: equal shapes; target in [0, 1]."""
     entropy = -(torch.special.xlogy(target, target) + torch.special.xlogy(1 - target, 1 - target))
     return F.binary_cross_entropy_with_logits(logits, target, reduction="none") - entropy
 
@@ -196,9 +172,8 @@ def spo_loss(q: torch.Tensor, q_t: torch.Tensor, mask: torch.Tensor, q0: torch.T
     q [N, T], q_t [N] from cumulative_q; mask [N, T]; q0 [N] Q0_hat; r [N] rewards in {0, -1}.
     terminal:    L(Q_T, r)
     nonterminal: sum_{t=1..T} L(Q_t, R_t), reverse-Q targets R_t = sg(r - sum_{t'>t} A_t')
-                 = sg(r - (Q_T - Q_t)); with the squared loss every residual Q_t - R_t equals Q_T -
-                 r, but the gradient of term t only reaches A_1..A_t, so early tokens get larger
-                 gradients
+                 = sg(r - (Q_T - Q_t)); with the squared loss every residual Q_t - R_t equals
+                 Q_T - r, but term t's gradient reaches only A_1..A_t: early tokens get larger ones
     advantage:   binary KL(sigmoid(r - Q0) || sigmoid(sum_t A_t)), the sigmoid-warped advantage
                  regression sum_t A_t = Q_T - Q0 ~ r - Q0 (the Q scale as in the paper, no 1/beta);
                  unwarped, it would equal the terminal squared loss, so `loss` is ignored here
@@ -226,7 +201,7 @@ def spo_loss(q: torch.Tensor, q_t: torch.Tensor, mask: torch.Tensor, q0: torch.T
 
 
 # ------------------------------------------------------------------------------------------------
-# Data: inputs, Q0_hat, offline trajectories, batches
+# Data: training problems, Q0_hat, offline trajectories, batches
 # ------------------------------------------------------------------------------------------------
 class Trajectory(NamedTuple):
     prompt: list[int]  # prompt token ids
@@ -241,24 +216,52 @@ def spo_reward(task, problem: dict, text: str) -> float:
     return 0.0 if task.is_correct(problem, text) else -1.0
 
 
-def read_offline(path: str, task) -> list[dict]:
-    """Offline trajectories: JSON lines with the task's problem fields, "completion" and optionally
-    "finished" (default true). Rewards are never read from the file: they are scored from the
-    text."""
-    rows = []
-    for n, row in enumerate(common.read_jsonl(path, "offline data file"), 1):
-        try:
-            problem = task.problem_from_row(row)
-        except ValueError as e:
-            raise common.UsageError(f"{path}:{n}: {e}") from None
-        finished = row.get("finished", True)
-        if not isinstance(row.get("completion"), str) or not isinstance(finished, bool):
-            raise common.UsageError(f"{path}:{n}: expected 'completion' (a string) and optionally "
-                                    "'finished' (true or false)")
-        rows.append({"problem": problem, "completion": row["completion"], "finished": finished})
-    if not rows:
-        raise common.UsageError(f"offline data file {path} holds no trajectories")
-    return rows
+def check_args(args, parser) -> tuple:
+    """Every flag and file checked before a model is loaded (bad input: one line, exit 2). Returns
+    (task, training pool with the offline rows' problems, held-out sets, offline rows, Q0 cache)."""
+    try:
+        task = get_task(args.task)
+        if args.top_p > 1:
+            raise ValueError(f"--top-p must lie in (0, 1], got {args.top_p}")
+        if args.online_fraction < 1.0 and args.offline_data is None:
+            raise ValueError("--online-fraction below 1 needs --offline-data FILE")
+        offline = read_offline(args.offline_data, task) if args.offline_data is not None else []
+        q0_cache = {}
+        if args.q0_cache is not None:
+            if not os.path.isfile(args.q0_cache):
+                raise ValueError(f"no such Q0 cache: {args.q0_cache}")
+            ref_path = common.resolve_model_path(args.model, task=args.task)
+            q0_cache = read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
+        checkpoint = os.path.join(args.resume or "", "checkpoint")
+        if args.resume and os.path.exists(checkpoint) and not common.checkpoint_path(checkpoint):
+            raise ValueError(f"--resume {args.resume}: checkpoint/ lacks trainer_state.pt")
+        # --train-prompts plays the part of the other scripts' --train-size
+        sized = argparse.Namespace(**vars(args), train_size=args.train_prompts)
+        pool, held_out = common.task_problems(task, sized)
+        keys = {task.problem_key(p) for p in pool}
+        for row in offline:  # offline problems join the pool (each needs its Q0_hat)
+            if task.problem_key(row["problem"]) not in keys:
+                keys.add(task.problem_key(row["problem"]))
+                pool.append(row["problem"])
+        return task, pool, held_out, offline, q0_cache
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+
+
+def load_inputs(args, parser):
+    """check_args, then the models and prompts, the offline rows fitted to --max-new-tokens and
+    the run folder; bad input: one line, exit 2. Returns (inputs, run, Q0 cache, fit_offline's)."""
+    task, pool, held_out, offline_rows, q0_cache = check_args(args, parser)
+    try:
+        inputs = common.load_inputs("spo", args, task, pool, held_out,
+                                    ("step", "optimizer", "schedule", "rng"), required=False)
+        offline = fit_offline(offline_rows, inputs, args.max_new_tokens)
+        if not offline[0] and args.online_fraction < 1.0:
+            raise ValueError(f"--offline-data {args.offline_data}: every row stopped unfinished "
+                             f"before --max-new-tokens {args.max_new_tokens}")
+        return inputs, common.Run(args.out, vars(args), resume=bool(args.resume)), q0_cache, offline
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
 
 
 def q0_made_with(args, ref_path: str) -> dict:
@@ -285,11 +288,17 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
     return table
 
 
-def estimate_q0(engine, task, pool, prompts, table, made_with, cache_file, args, stop) -> None:
-    """Count successes of --q0-samples completions of pi_0 at temperature 1 for each problem of
-    `pool` not in `table`, chunk by chunk; the cache is rewritten atomically after each chunk, and
-    chunk j is sampled with its own seed, so a killed estimate resumes with exactly the draws it
-    would have made."""
+def q0_hat(engine, inputs: common.Inputs, q0_cache: dict, run, args, stop) -> torch.Tensor:
+    """Q0_hat [P] of the pool (§3.1.3): successes of --q0-samples samples of pi_0 at temperature 1
+    where neither --q0-cache nor RUN/q0.jsonl has them. The cache is rewritten after each chunk and
+    chunk j has its own seed: a killed estimate resumes with the same draws; Ctrl-C stops after a
+    chunk."""
+    task, pool, cache_file = inputs.task, inputs.pool, run.path("q0.jsonl")
+    made_with = q0_made_with(args, args.model_path)
+    table = dict(q0_cache)
+    if os.path.exists(cache_file):  # this run's own, from before it was stopped
+        table.update(read_q0_cache(cache_file, made_with))
+    engine.sync(inputs.ref_model)  # sample pi_0 itself
     keys = [task.problem_key(p) for p in pool]
     chunks = range(0, len(pool), args.q0_chunk)
     for j, start in enumerate(tqdm(chunks, desc="Q0 estimate", dynamic_ncols=True)):
@@ -299,25 +308,47 @@ def estimate_q0(engine, task, pool, prompts, table, made_with, cache_file, args,
             continue
         sc = common.SamplingConfig(n=args.q0_samples, max_new_tokens=args.max_new_tokens,
                                    temperature=1.0, seed=args.seed * 1_000_003 + j)
-        for i, group in zip(todo, engine.generate([prompts[i] for i in todo], sc)):
+        for i, group in zip(todo, engine.generate([inputs.prompts[i] for i in todo], sc)):
             wins = sum(task.is_correct(pool[i], s.text) for s in group)
             table[keys[i]] = {"key": keys[i], "successes": wins, **made_with}
         common.write_jsonl_atomic(cache_file, list(table.values()))
         if stop.requested:
-            return
+            break
+    common.write_jsonl_atomic(cache_file, list(table.values()))
+    if stop.requested:
+        common.exit_interrupted("spo.py", run.dir, 0)
+    counts = torch.tensor([table[key]["successes"] for key in keys])
+    return q0_from_successes(counts, torch.full_like(counts, args.q0_samples), args.beta).float()
 
 
-def fit_offline(offline: list[dict], pool_index: list[int], pool: list[dict], task, tokenizer,
-                max_new_tokens: int):
-    """Offline rows as the sampler would have produced them with --max-new-tokens M, scored on that
-text.  A row keeps its first M tokens; EOS is appended only if the row finished and EOS fits within
-M (it counts, as in sampling); the reward is computed on the decoded kept tokens, so a solution cut
-short scores as the failure the sampler would have made of it. A row that stopped unfinished before
-M tokens (made with a smaller budget) is no trajectory of this run: dropped.
-    Returns ([(pool index, ids, r)], rows cut, rows dropped).
-    """
+def read_offline(path: str, task) -> list[dict]:
+    """Offline trajectories: JSON lines with the task's problem fields, "completion" and optionally
+    "finished" (default true). Rewards are scored from the text, never read from the file."""
+    rows = []
+    for n, row in enumerate(common.read_jsonl(path, "offline data file"), 1):
+        try:
+            problem = task.problem_from_row(row)
+        except ValueError as e:
+            raise common.UsageError(f"{path}:{n}: {e}") from None
+        finished = row.get("finished", True)
+        if not isinstance(row.get("completion"), str) or not isinstance(finished, bool):
+            raise common.UsageError(f"{path}:{n}: expected 'completion' (a string) and optionally "
+                                    "'finished' (true or false)")
+        rows.append({"problem": problem, "completion": row["completion"], "finished": finished})
+    if not rows:
+        raise common.UsageError(f"offline data file {path} holds no trajectories")
+    return rows
+
+
+def fit_offline(rows: list[dict], inputs: common.Inputs, max_new_tokens: int):
+    """Offline rows as the sampler would have made them with --max-new-tokens M: the first M tokens,
+    EOS appended if the row finished and EOS fits within M, r scored on the kept text (a solution
+    cut short fails, as a sample would); a row that stopped unfinished before M (a smaller budget)
+    is dropped. Returns (the kept rows as Trajectories, rows cut, rows dropped)."""
+    task, tokenizer = inputs.task, inputs.tokenizer
+    index = {task.problem_key(p): i for i, p in enumerate(inputs.pool)}
     kept, cut, dropped = [], 0, 0
-    for row, i in zip(offline, pool_index):
+    for row in rows:
         ids = tokenizer(row["completion"], add_special_tokens=False)["input_ids"]
         if not row["finished"] and len(ids) < max_new_tokens:
             dropped += 1
@@ -325,19 +356,19 @@ M tokens (made with a smaller budget) is no trajectory of this run: dropped.
         fits = row["finished"] and len(ids) < max_new_tokens
         cut += not fits and len(ids) + row["finished"] > max_new_tokens
         ids = ids if fits else ids[:max_new_tokens]
-        r = spo_reward(task, pool[i], tokenizer.decode(ids, skip_special_tokens=True))
-        kept.append((i, ids + [tokenizer.eos_token_id] if fits else ids, r))
+        i = index[task.problem_key(row["problem"])]
+        r = spo_reward(task, inputs.pool[i], tokenizer.decode(ids, skip_special_tokens=True))
+        ids = ids + [tokenizer.eos_token_id] if fits else ids
+        kept.append(Trajectory(inputs.prompts[i], ids, r, i, False))
     return kept, cut, dropped
 
 
-def draw_batch(engine, task, pool, prompts, offline, step, args) -> tuple[list[Trajectory], float]:
-    """The trajectories of this step and the sampling temperature.
-
-    Seeded by (seed, step), so a resumed run draws the same batches. Online: one temperature ~ U(lo,
-    hi) for the step, top-p, --samples-per-prompt samples of the sampler for each of
-    round(online_fraction * batch_size / samples_per_prompt) prompts. Offline: the rest of the
-    batch, uniform draws from the file.
-    """
+def draw_batch(engine, inputs: common.Inputs, offline: list[Trajectory], step: int, args):
+    """The trajectories of this step and the sampling temperature, seeded by (seed, step) so that a
+    resumed run draws the same. Online: one temperature ~ U(lo, hi) for the step, top-p,
+    --samples-per-prompt samples of the sampler for each of round(online_fraction * batch_size /
+    samples_per_prompt) prompts. Offline: the rest of the batch, uniform draws from the file."""
+    pool, prompts = inputs.pool, inputs.prompts
     rng = np.random.default_rng([args.seed, step])
     n_prompts = round(args.online_fraction * args.batch_size / args.samples_per_prompt)
     n_prompts = min(len(pool), n_prompts)
@@ -348,64 +379,21 @@ def draw_batch(engine, task, pool, prompts, offline, step, args) -> tuple[list[T
         sc = common.SamplingConfig(n=args.samples_per_prompt, max_new_tokens=args.max_new_tokens,
                                    temperature=temperature, top_p=args.top_p)
         for i, group in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
-            batch += [Trajectory(prompts[i], s.ids, spo_reward(task, pool[i], s.text), int(i), True)
-                      for s in group]
+            batch += [Trajectory(prompts[i], s.ids, spo_reward(inputs.task, pool[i], s.text),
+                                 int(i), True) for s in group]
     if offline:
         for j in rng.choice(len(offline), max(0, args.batch_size - len(batch)), replace=True):
-            i, ids, r = offline[j]
-            batch.append(Trajectory(prompts[i], ids, r, i, False))
+            batch.append(offline[j])
     return batch, temperature
 
 
 # ------------------------------------------------------------------------------------------------
-# Checks, one optimizer step, evaluation, checkpoints
+# One optimizer step, evaluation, and the loop
 # ------------------------------------------------------------------------------------------------
-STATE_KEYS = ("step", "optimizer", "schedule", "rng")  # a checkpoint's trainer_state.pt
-
-
-def check_args(args, parser) -> tuple:
-    """Every flag and file checked before a model is loaded: one line naming the problem, exit 2.
-    Returns (task, training pool with the offline rows' problems, held-out sets, offline rows,
-    Q0 cache)."""
-    try:
-        task = get_task(args.task)
-        if args.top_p > 1:
-            raise ValueError(f"--top-p must lie in (0, 1], got {args.top_p}")
-        if args.online_fraction < 1.0 and args.offline_data is None:
-            raise ValueError("--online-fraction below 1 needs --offline-data FILE")
-        offline = read_offline(args.offline_data, task) if args.offline_data is not None else []
-        if args.q0_cache is not None and not os.path.isfile(args.q0_cache):
-            raise ValueError(f"no such Q0 cache: {args.q0_cache}")
-        q0_cache = {}
-        if args.q0_cache is not None:
-            ref_path = common.resolve_model_path(args.model, task=args.task)
-            q0_cache = read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
-        if args.resume and os.path.exists(os.path.join(args.resume, "checkpoint")) and \
-                common.checkpoint_path(os.path.join(args.resume, "checkpoint")) is None:
-            raise ValueError(f"--resume {args.resume}: checkpoint/ lacks trainer_state.pt")
-        if args.problems:
-            pool = task.get_problems("train", args.train_prompts, source=args.problems,
-                                     seed=args.seed)
-        else:
-            pool = [p for n in args.sizes or task.SIZES
-                    for p in task.get_problems("train", args.train_prompts, size=n, seed=args.seed)]
-        keys = {task.problem_key(p) for p in pool}
-        for row in offline:  # offline problems join the pool (each needs its Q0_hat)
-            if task.problem_key(row["problem"]) not in keys:
-                keys.add(task.problem_key(row["problem"]))
-                pool.append(row["problem"])
-        held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                    for n in args.eval_sizes or task.SIZES}
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-    return task, pool, held_out, offline, q0_cache
-
-
 def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_all: torch.Tensor,
              args, step: int, pad_id: int) -> dict:
-    """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched (the same
-    gradient); stops the run before the weights change if the loss or gradient norm is not finite.
-    Returns the step's metrics."""
+    """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched; stops the
+    run before the weights change if the loss or gradient norm is not finite. Returns metrics."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss_sum, q_ts, kls = 0.0, [], []
@@ -440,79 +428,52 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
             "lr": schedule.get_last_lr()[0], "samples": len(batch)}
 
 
-def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
-    """Held-out metrics of the current weights (common.evaluate); the sampler keeps its own."""
-    engine.sync(model)
-    metrics = common.evaluate_sizes(engine, task, eval_sets, k=args.eval_k,
-                                    max_new_tokens=args.max_new_tokens)
-    engine.sync(sampler)
-    return metrics
-
-
-def q0_hat(engine, inputs: common.Inputs, q0_cache: dict, run, args, stop) -> torch.Tensor:
-    """Q0_hat [P] for every problem of the pool (§3.1.3): pi_0 sampled once, cached in RUN/q0.jsonl
-    (rows of --q0-cache reused); a Ctrl-C stops after the current chunk, with the cache saved."""
-    task, cache_file = inputs.task, run.path("q0.jsonl")
-    made_with = q0_made_with(args, args.model_path)
-    table = dict(q0_cache)
-    if os.path.exists(cache_file):  # this run's own, from before it was stopped
-        table.update(read_q0_cache(cache_file, made_with))
-    engine.sync(inputs.ref_model)  # sample pi_0 itself
-    estimate_q0(engine, task, inputs.pool, inputs.prompts, table, made_with, cache_file, args, stop)
-    common.write_jsonl_atomic(cache_file, list(table.values()))
-    if stop.requested:
-        common.exit_interrupted("spo.py", run.dir, 0)
-    counts = torch.tensor([table[task.problem_key(p)]["successes"] for p in inputs.pool])
-    return q0_from_successes(counts, torch.full_like(counts, args.q0_samples), args.beta).float()
-
-
-# ------------------------------------------------------------------------------------------------
-# The loop
-# ------------------------------------------------------------------------------------------------
-def main(argv=None):
-    started = time.monotonic()
-    parser, args = parse_args(argv)
-    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
-    common.setup(args.seed, args.threads)
-    task, pool, held_out, offline_rows, q0_cache = check_args(args, parser)
-    try:
-        inputs = common.load_inputs("spo", args, task, pool, held_out, STATE_KEYS, required=False)
-        run = common.Run(args.out, vars(args), resume=bool(args.resume))
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-    model, tokenizer, state = inputs.model, inputs.tokenizer, inputs.state
-    index = {task.problem_key(p): i for i, p in enumerate(pool)}
-    rows_of = [index[task.problem_key(row["problem"])] for row in offline_rows]
-    offline, cut, dropped = fit_offline(offline_rows, rows_of, pool, task, tokenizer,
-                                        args.max_new_tokens)
-    if not offline and args.online_fraction < 1.0:
-        parser.error(f"--offline-data {args.offline_data}: every row stopped unfinished before "
-                     f"--max-new-tokens {args.max_new_tokens}")
-    # the sampler: a copy of the policy, its weights refreshed every --model-update-interval steps
+def make_optimizer(inputs: common.Inputs, run, args):
+    """AdamW, linear warm-up then constant, and the sampler (a frozen copy of the policy), as a
+    checkpoint left them. Returns (optimizer, schedule, sampler, the step to go on from)."""
+    model, state = inputs.model, inputs.state
     sampler = copy.deepcopy(model).eval().requires_grad_(False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then constant
+    schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
     step = common.restore(state, optimizer, run)
     if state:
         schedule.load_state_dict(state["schedule"])
         if state.get("sampler") is not None:  # the sampler lagged the policy at the checkpoint
             sampler.load_state_dict(state["sampler"])
+    return optimizer, schedule, sampler, step
+
+
+def evaluate(engine, inputs: common.Inputs, sampler, args) -> dict:
+    """Held-out metrics of the current weights (common.evaluate); the sampler keeps its own."""
+    engine.sync(inputs.model)
+    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
+                                    max_new_tokens=args.max_new_tokens)
+    engine.sync(sampler)
+    return metrics
+
+
+def main(argv=None):
+    started = time.monotonic()
+    parser, args = parse_args(argv)
+    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
+    common.setup(args.seed, args.threads)
+    inputs, run, q0_cache, (offline, cut, dropped) = load_inputs(args, parser)
+    model, tokenizer = inputs.model, inputs.tokenizer
+    optimizer, schedule, sampler, step = make_optimizer(inputs, run, args)
     engine = common.make_engine(args.engine, sampler, tokenizer, inputs.ckpt or args.model_path,
                                 seed=args.seed)
-
     with common.StopOnInterrupt() as stop:
         t_q0 = time.perf_counter()
-        q0_all = q0_hat(engine, inputs, q0_cache, run, args, stop)
+        q0_all = q0_hat(engine, inputs, q0_cache, run, args, stop)  # §3.1.3, once
         t_q0 = time.perf_counter() - t_q0
         engine.sync(sampler)
         print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from "
-              f"{args.model_path}, step {step}, engine {engine.name}, {len(pool)} training "
-              f"problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline rows "
-              f"({cut} cut to --max-new-tokens and rescored, {dropped} dropped: unfinished before "
-              f"it), objective {args.objective}/{args.loss}, beta={args.beta:.4f}, run {run.dir}")
+              f"{args.model_path}, step {step}, engine {engine.name}, {len(inputs.pool)} problems "
+              f"(Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, "
+              f"{dropped} dropped), {args.objective}/{args.loss}, beta={args.beta:.4f}, {run.dir}")
         if step == 0:
-            row = {**evaluate(engine, model, sampler, task, inputs.eval_sets, args),
+            row = {**evaluate(engine, inputs, sampler, args),
                    "time_q0": t_q0, "offline_cut": cut, "offline_dropped": dropped}
             run.log(0, row)
             common.report(0, row, (f"pass@{args.eval_k}",))
@@ -524,11 +485,10 @@ def main(argv=None):
         for step in range(step, args.steps):
             snapshots.take(model, tokenizer, step)
             t0 = time.perf_counter()
-            if step % args.model_update_interval == 0:  # refresh the sampler (the engine's weights)
+            if step % args.model_update_interval == 0:  # refresh the sampler (§3.2)
                 sampler.load_state_dict(model.state_dict())
                 engine.sync(sampler)
-            batch, temperature = draw_batch(engine, task, pool, inputs.prompts, offline, step,
-                                            args)
+            batch, temperature = draw_batch(engine, inputs, offline, step, args)
             t_gen = time.perf_counter() - t0
             row = spo_step(model, inputs.ref_model, optimizer, schedule, batch, q0_all, args, step,
                            tokenizer.pad_token_id)
@@ -537,7 +497,7 @@ def main(argv=None):
                        time_generate=t_gen, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, model, sampler, task, inputs.eval_sets, args))
+                row.update(evaluate(engine, inputs, sampler, args))
                 common.report(done, row, (f"pass@{args.eval_k}",))
             run.log(done, row)
             bar.update(1)
