@@ -11,13 +11,10 @@ whose optimum is pi*(y|x) = pi_ref(y|x) exp(r(x,y)/beta) / Z(x)                 
 With the regularised reward r_pi(x,y) = r(x,y) - beta log(pi(y|x)/pi_ref(y|x)), Theorem 1 says
 r_pi* is the same number for EVERY generation y of a prompt (generation consistency), so pi* is
 the unique minimiser of the consistency loss  l(pi; x, nu) = 1/2 Var_{y~nu}[r_pi(x, y)]  for ANY
-data distribution nu with pi_ref's support (Eq. 3, Theorem 2): that is why the same loss learns
-from any generations.
+data distribution nu with pi_ref's support (Eq. 3, Theorem 2): one loss learns from any generations.
 
 For each prompt take n >= 2 completions y_1..y_n, and with h_i = sg(log pi(y_i) - log pi_ref(y_i)):
-
     r_pi,i = r_i - beta h_i             b_i = 1/(n-1) sum_{j != i} r_pi,j       (leave-one-out)
-
   off-policy AGRO (Eq. 4), data from anything that does not depend on theta (pi_ref, a file):
     loss = -1/(B n) sum (r_pi,i - b_i) log pi(y_i)     = (1/beta) grad 1/2 s^2(r_pi), ddof 1
   on-policy AGRO (Eqs. 5-6), data from the CURRENT policy at temperature 1: the pathwise term
@@ -25,10 +22,9 @@ For each prompt take n >= 2 completions y_1..y_n, and with h_i = sg(log pi(y_i) 
     w_i  = beta (r_pi,i - b_i) - lambda_LR 1/2 [(r_pi,i - b_i)^2 - v_i]     (lambda_LR = 1: paper)
     loss = -1/(B n) sum sg(w_i / beta) log pi(y_i)     (/beta, ours: the off-policy loss's scale)
   KL-regularised policy gradient, the paper's comparison (`--loss klpg`), as the paper runs it:
-    offline groups (§8.2):
+    offline groups (§8.2), with the exact per-token KL over the vocabulary along each sampled
+    y_i, differentiated (it converges to the wrong policy, Fig. 1):
       loss = -1/(B n) sum (r_i - b^r_i) log pi(y_i) + beta/(B n) sum_i sum_t KL_t(y_i)
-      with the exact per-token KL over the vocabulary along each sampled y_i, differentiated.
-      It converges to the wrong policy (Fig. 1).
     on-policy groups (§8.1, [RLOO] with the KL in the reward):
       loss = -1/(B n) sum (r_pi,i - b_i) log pi(y_i),
       the same computation as off-policy AGRO's weights on fresh samples (= --lambda-lr 0) and
@@ -36,16 +32,11 @@ For each prompt take n >= 2 completions y_1..y_n, and with h_i = sg(log pi(y_i) 
       path it drops the score term sum_s grad log pi(y_s|.) sum_{t>s} KL_t, so for responses of
       two or more tokens its expectation is not the gradient of Eq. 1 (docs/DERIVATIONS.md).
 
-Data (`--online-fraction f`, default 1 with `--mode onpolicy`, 0 with `--mode offpolicy`): each
-batch holds round(f B) groups sampled now from the current policy (on-policy weights, the engine
-synced with the trainer after every step and `logprob_gap` logged) and B - round(f B) groups
-from a fixed offline set: `--offline-data FILE` (JSONL: the task's fields plus "completions", a
-list of >= n strings, and optionally "finished", a list of booleans: false = cut at the length
-limit, no EOS), or else `--offline-prompts` prompts with n samples each drawn ONCE (seeded) from
-the frozen reference pi_ref at temperature 1 and kept as RUN/reference_samples.jsonl: the
-paper's offline setting (mu = pi_ref, fixed, §8.2), which pays the generation cost once and can
-be handed to another run (`--offline-data`) so that AGRO and KL-PG see the same data. Off-policy
-AGRO needs no behaviour log-probs, so file completions are simply re-tokenised.
+Data: each batch holds round(f B) groups sampled now from the current policy (`--online-fraction f`:
+1 with `--mode onpolicy`, else 0) and the rest from a fixed offline set: `--offline-data`, or the
+paper's offline setting (mu = pi_ref, §8.2), n samples of `--offline-prompts` prompts drawn once
+from pi_ref at temperature 1. Off-policy AGRO needs no behaviour log-probs, so file completions are
+simply re-tokenised.
 
 On-policy threshold (docs/DERIVATIONS.md): with rewards {a, b} and success rate p at
 pi = pi_ref, the expected on-policy AGRO update raises a correct answer's probability only if
@@ -55,11 +46,8 @@ Countdown prompts are below it (scripts/agro_threshold.py counts them) and the t
 collapses; agro.py's default lambda_LR = beta/2 puts the threshold at 1/2 - 2/|a - b| < 0 for
 0/1 rewards, whatever beta, and keeps g_LR at a quarter of the pathwise term's scale.
 
-Run:  python agro.py --mode offpolicy --model runs/sft-countdown-.../final         (CPU, minutes)
-      python agro.py --mode onpolicy  --model runs/sft-countdown-.../final --engine vllm  (GPU)
+Run:  python agro.py --model runs/sft-countdown-.../final  [--mode onpolicy --engine vllm: GPU]
 """
-from __future__ import annotations
-
 import argparse
 import os
 import sys
@@ -73,33 +61,28 @@ from tqdm import tqdm
 import common
 from tasks import get_task
 
+REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref, drawn once
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
-                   help="default data source: offline groups (Eq. 4) or fresh groups from the "
-                        "policy (Eqs. 5-6)")
+                   help="default data: offline groups (Eq. 4) or fresh ones from pi (Eqs. 5-6)")
     p.add_argument("--loss", choices=["agro", "klpg"], default="agro",
                    help="agro, or the KL-regularised policy gradient it is compared with (§8)")
-    p.add_argument("--beta", type=common.nonnegative_float, default=None,
-                   help="KL coefficient, per SEQUENCE: 0.05 when a batch holds on-policy groups "
-                        "(learned more than 0.5), else 0.3 (kept greedy accuracy where 0.1 lost "
-                        "it; docs/RESULTS-agro-spo.md)")
+    p.add_argument("--beta", type=common.nonnegative_float, default=None, help="KL coefficient "
+                   "per sequence: 0.05 with on-policy groups, else 0.3 (docs/RESULTS-agro-spo.md)")
     p.add_argument("--lambda-lr", type=common.nonnegative_float, default=None,
-                   help="weight of g_LR on on-policy groups: beta/2, above the on-policy threshold "
-                        "(module docstring; the paper's 1 collapsed the tiny model); 0 = RLOO")
+                   help="weight of g_LR: beta/2, not the paper's 1 (module docstring); 0 = RLOO")
     p.add_argument("--lr-baseline", choices=["var", "none", "paper"], default="var",
                    help="v_i in g_LR (agro_onpolicy_weights): var, unbiased and centred (n >= 3)")
     p.add_argument("--online-fraction", type=common.fraction, default=None,
-                   help="share of each batch's groups sampled from the current policy: 1 with "
-                        "--mode onpolicy, 0 with --mode offpolicy")
+                   help="on-policy share of each batch's groups: 1 with --mode onpolicy, else 0")
     p.add_argument("--offline-data", type=common.existing_file, default=None, metavar="FILE",
-                   help="JSONL of offline groups (task fields + 'completions'); default: sample "
-                        "the reference")
+                   help="JSONL of offline groups (read_offline); default: pi_ref's samples")
     p.add_argument("--offline-prompts", type=common.positive_int, default=2048,
                    help="without --offline-data: prompts sampled n times from pi_ref first")
-    p.add_argument("--steps", type=common.positive_int, default=150,
-                   help="optimizer steps (one per batch)")
+    p.add_argument("--steps", type=common.positive_int, default=150, help="optimizer steps")
     p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     p.add_argument("--n", type=int, default=8, help="completions per prompt (n >= 2)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
@@ -120,18 +103,14 @@ def parse_args(argv=None):
     return p, args
 
 
-# --------------------------------------------------------------------------------------------------
-# The estimators: pure functions of tensors. B prompts, n completions each, N = B n, T tokens.
-# --------------------------------------------------------------------------------------------------
+# ---- The estimators, pure functions of tensors: B prompts, n completions each, N = B n, T tokens
 def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """r_pi = r - beta sg(h), h = log pi(y|x) - log pi_ref(y|x) per sequence (§3.1).
-    rewards, h: [B, n] -> [B, n]"""
+    """r_pi = r - beta sg(h), h = log pi(y|x) - log pi_ref(y|x) a sequence (§3.1).  [B, n] each"""
     return rewards - beta * h.detach()
 
 
 def loo_baseline(values: torch.Tensor) -> torch.Tensor:
-    """b_i = 1/(n-1) sum_{j != i} values_j within each group (Eq. 4's baseline).
-    values: [B, n] -> [B, n]"""
+    """b_i = 1/(n-1) sum_{j != i} values_j within each group (Eq. 4).  values: [B, n] -> [B, n]"""
     n = values.shape[-1]
     if n < 2:
         raise ValueError("a leave-one-out baseline needs n >= 2 completions per prompt")
@@ -140,30 +119,24 @@ def loo_baseline(values: torch.Tensor) -> torch.Tensor:
 
 def agro_offpolicy_weights(rpi: torch.Tensor) -> torch.Tensor:
     """Off-policy AGRO weights r_pi,i - b_i on grad log pi(y_i) (Eq. 4).  rpi: [B, n] -> [B, n]
-
     Their mean over a group, times grad log pi, equals -(1/beta) grad 1/2 s^2(r_pi) (ddof 1,
     gradient through h): an unbiased estimate of -(1/beta) grad of the consistency loss (Lemma 3).
-    They are all 0 at pi* (Theorem 1), whatever the samples.
-    """
+    They are all 0 at pi* (Theorem 1), whatever the samples."""
     return rpi - loo_baseline(rpi)
 
 
-def agro_onpolicy_weights(rpi: torch.Tensor, beta: float, lambda_lr: float = 1.0,
-                          lr_baseline: str = "var") -> torch.Tensor:
+def agro_onpolicy_weights(rpi, beta: float, lambda_lr: float = 1.0, lr_baseline: str = "var"):
     """On-policy AGRO weights w_i / beta (Eqs. 5-6).  rpi: [B, n] -> [B, n]
-
-    w_i = beta (r_pi,i - b_i) - lambda_lr 1/2 [(r_pi,i - b_i)^2 - v_i]; divided by beta so that the
-    pathwise part has the off-policy scale. E[(r_pi,i - b_i)^2 | y_i] = (r_pi,i - m)^2 + Var/(n-1):
-    any v_i that does not depend on y_i multiplies a zero-mean score, so v_i = 0 is unbiased
-    (Proposition 4), but then every weight carries -(lambda/2beta) n/(n-1) Var on average, a push on
-    all sampled sequences that cancels only in expectation and, on Countdown, is larger than the
-    signal (the model drifts). The baselines below remove it, as the average of (r_pi,i - b_i)^2
-    over the group is n/(n-1) Var:
+    w_i = beta (r_pi,i - b_i) - lambda_lr 1/2 [(r_pi,i - b_i)^2 - v_i], divided by beta to give the
+    pathwise part the off-policy scale. E[(r_pi,i - b_i)^2 | y_i] = (r_pi,i - m)^2 + Var/(n-1): any
+    v_i independent of y_i multiplies a zero-mean score, so v_i = 0 is unbiased (Proposition 4),
+    but then every weight carries -(lambda/2beta) n/(n-1) Var on average, a push on all sampled
+    sequences that cancels only in expectation and, on Countdown, outweighs the signal (the model
+    drifts). As the group's average of (r_pi,i - b_i)^2 is n/(n-1) Var, these baselines remove it:
       "var"   n/(n-1) x the ddof-1 variance of the other n-1 rewards: independent of y_i, so
               unbiased, and centred (the variance alone would leave Var/(n-1) uncentred);
       "paper" our reading of the paper's variance-reduced estimate, the mean of the others' squared
-              residuals: centred too, but it depends on y_i through b_j, so slightly biased.
-    """
+              residuals: centred too, but it depends on y_i through b_j, so slightly biased."""
     adv = agro_offpolicy_weights(rpi)  # [B, n]
     n = rpi.shape[-1]
     if lr_baseline == "none":
@@ -195,47 +168,34 @@ def reduce_tokens(values: torch.Tensor, mask: torch.Tensor, norm: str = "seq") -
 
 
 def agro_loss(logprobs: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, norm: str = "seq"):
-    """-mean_i sg(weight_i) log pi(y_i): Eq. 4 with off-policy weights, Eqs. 5-6 with on-policy
-    ones.
-
+    """-mean_i sg(w_i) log pi(y_i): Eq. 4 with off-policy weights, Eqs. 5-6 with on-policy ones.
     logprobs: [N, T] per-token log pi(y_t|x, y_<t) with gradient, 0 on padding;  mask: [N, T] (EOS
-    counted);  weights: [N] (detached here).
-    """
+    counted);  weights: [N] (detached here)."""
     return -reduce_tokens(weights.detach()[:, None] * logprobs, mask, norm)
 
 
-def token_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor,
-             mask: torch.Tensor) -> torch.Tensor:
-    """Exact KL(pi(.|x,y_<t) || pi_ref(.|x,y_<t)) at every position of the sampled sequences, summed
-    over the vocabulary.  logp_all, ref_logp_all: [N, T, V] log-softmax;  mask: [N, T]  ->  [N, T],
-    0 on padding."""
+def token_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor, mask: torch.Tensor):
+    """Exact KL(pi(.|x,y_<t) || pi_ref(.|x,y_<t)), a sum over the vocabulary, at every position.
+    logp_all, ref_logp_all: [N, T, V] log-softmax;  mask: [N, T]  ->  [N, T], 0 on padding."""
     return (logp_all.exp() * (logp_all - ref_logp_all)).sum(-1) * mask
 
 
-def klpg_loss(logprobs: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
-              kl: torch.Tensor | None, beta: float, norm: str = "seq",
-              h: torch.Tensor | None = None, online: torch.Tensor | None = None) -> torch.Tensor:
-    """The KL-regularised policy gradient AGRO is compared with (module docstring), group by
-    group: per-token KL on offline groups (§8.2), the sequence KL in a detached reward on
-    on-policy ones (§8.1; the per-token form is biased there: docs/DERIVATIONS.md).
-
-    logprobs, mask, kl: [N, T] (kl from token_kl, with gradient; None if every group is on-policy);
-    rewards, h: [B, n] (h needed only when a group is on-policy);  online: [B] bool (default: every
-    group offline).
-    """
+def klpg_loss(logprobs, mask, rewards, kl, beta: float, norm: str = "seq", h=None, online=None):
+    """The KL-regularised policy gradient of the module docstring, group by group: per-token KL on
+    offline groups (§8.2), the sequence KL in a detached reward on on-policy ones (§8.1).
+    logprobs, mask, kl: [N, T] (kl: token_kl, with gradient; None if every group is on-policy);
+    rewards, h: [B, n] (h: for on-policy groups);  online: [B] bool (default: all offline)."""
     if online is None:
         online = torch.zeros(rewards.shape[0], dtype=torch.bool, device=rewards.device)
     adv = agro_offpolicy_weights(rewards)  # r_i - b^r_i: the off-policy weights with beta = 0
     if online.any():
-        if h is None:
-            raise ValueError("klpg_loss: on-policy groups need h (the sequence log-ratio)")
         rloo = agro_offpolicy_weights(regularised_rewards(rewards, h, beta))  # [B, n]
         adv = torch.where(online[:, None], rloo, adv)
     loss = agro_loss(logprobs, mask, adv.reshape(-1), norm)
     if online.all():  # no offline group: no per-token KL term (kl may be None)
         return loss
     offline_rows = (~online).repeat_interleave(rewards.shape[1]).to(kl.dtype)[:, None]  # [N, 1]
-    return loss + beta * reduce_tokens(kl * offline_rows, mask, norm)
+    return loss + beta * reduce_tokens(kl * offline_rows, mask, norm)  # + beta sum_t KL_t(y_i)
 
 
 def consistency_loss(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
@@ -245,9 +205,7 @@ def consistency_loss(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> tor
     return 0.5 * (rewards - beta * h).var(-1, unbiased=True).mean()
 
 
-def micro_batch_loss(logprobs: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor,
-                     h: torch.Tensor, online: torch.Tensor, kl: torch.Tensor | None,
-                     args) -> torch.Tensor:
+def micro_batch_loss(logprobs, mask, rewards, h, online, kl, args) -> torch.Tensor:
     """The loss `--loss` names on one micro-batch: AGRO (Eq. 4 on offline groups, Eqs. 5-6 on
     on-policy ones) or KL-PG.  logprobs, mask, kl: [N, T];  rewards, h: [B, n];  online: [B]."""
     if args.loss == "klpg":
@@ -260,21 +218,7 @@ def micro_batch_loss(logprobs: torch.Tensor, mask: torch.Tensor, rewards: torch.
     return agro_loss(logprobs, mask, w.reshape(-1), args.loss_norm)
 
 
-# --------------------------------------------------------------------------------------------------
-# Log-probs of the policy and the reference on a micro-batch
-# --------------------------------------------------------------------------------------------------
-def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool):
-    """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
-    per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
-    out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl)
-    with torch.no_grad():
-        ref = common.completion_logprobs(ref_model, prompts, completions, pad_id, full=with_kl)
-    return out[0], ref[0], out[1], token_kl(out[2], ref[2], out[1]) if with_kl else None
-
-
-# --------------------------------------------------------------------------------------------------
-# Data: groups of n completions
-# --------------------------------------------------------------------------------------------------
+# ---- Data: groups of n completions, sampled now from the policy or read from an offline file -----
 class Group(NamedTuple):
     """One prompt with its n completions and what the step needs to know about them."""
     problem: dict
@@ -286,23 +230,12 @@ class Group(NamedTuple):
     online: bool  # sampled now from the current policy
 
 
-REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref, drawn once
-
-
-class OfflineRow(NamedTuple):
-    """One line of an offline JSONL file: a problem, its completions, and whether each ended."""
-    problem: dict
-    texts: list[str]
-    finished: list[bool]
-
-
 def make_group(task, reward, problem, prompt_ids, ids, texts, sampler_logprobs=None) -> Group:
-    """A Group, its completions scored by the task; on-policy iff the sampler's log-probs are
-    given."""
+    """A Group scored by the task; on-policy iff the sampler's log-probs are given."""
     rewards = [task.reward(problem, t, reward) for t in texts]
     grades = [task.grade(problem, t) for t in texts]
-    online = sampler_logprobs is not None
-    return Group(problem, prompt_ids, ids, rewards, grades, sampler_logprobs, online)
+    return Group(problem, prompt_ids, ids, rewards, grades, sampler_logprobs,
+                 online=sampler_logprobs is not None)
 
 
 def write_offline(path, problems, groups):
@@ -312,24 +245,23 @@ def write_offline(path, problems, groups):
                                      for problem, group in zip(problems, groups)])
 
 
-def read_offline(path, task, n) -> list[OfflineRow]:
-    """The rows of an offline JSONL file, checked: common.UsageError naming the file and row."""
+def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
+    """(problem, n completions, n finished flags) from each row of an offline JSONL file: the
+    task's fields, "completions" (>= n strings) and optionally "finished" (booleans; false = cut
+    at the length limit, no EOS). Bad rows: common.UsageError naming the file and row."""
     rows = []
     for i, row in enumerate(common.read_jsonl(path, "file"), 1):
-        texts, finished = row.get("completions"), row.get("finished", [True] * n)
         try:
             problem = task.problem_from_row(row)
         except ValueError as e:
             raise common.UsageError(f"{path}: row {i}: {e}") from None
-        if not (isinstance(texts, list) and len(texts) >= n
-                and all(isinstance(t, str) for t in texts)):
-            raise common.UsageError(f"{path}: row {i}: 'completions' must be a list of at least "
-                                    f"--n {n} strings")
-        if not (isinstance(finished, list) and len(finished) >= n
-                and all(isinstance(f, bool) for f in finished)):
-            raise common.UsageError(f"{path}: row {i}: 'finished' must be a list of {n} or more "
-                                    "booleans")
-        rows.append(OfflineRow(problem, texts[:n], finished[:n]))
+        texts, finished = row.get("completions"), row.get("finished", [True] * n)
+        for key, value, kind, what in (("completions", texts, str, f"at least --n {n} strings"),
+                                       ("finished", finished, bool, f"{n} or more booleans")):
+            if not (isinstance(value, list) and len(value) >= n
+                    and all(isinstance(v, kind) for v in value)):
+                raise common.UsageError(f"{path}: row {i}: '{key}' must be a list of {what}")
+        rows.append((problem, texts[:n], finished[:n]))
     if not rows:
         raise common.UsageError(f"{path}: no offline groups in it")
     return rows
@@ -338,68 +270,43 @@ def read_offline(path, task, n) -> list[OfflineRow]:
 def offline_groups(rows, task, reward, tokenizer, style) -> list[Group]:
     """Offline rows re-tokenised (EOS appended unless "finished" says the completion was cut)."""
     eos = [tokenizer.eos_token_id]
-    prompts = common.encode_prompts(task, [row.problem for row in rows], tokenizer, style)
-    return [make_group(task, reward, row.problem, prompt_ids,
+    prompts = common.encode_prompts(task, [problem for problem, _, _ in rows], tokenizer, style)
+    return [make_group(task, reward, problem, prompt_ids,
                        [tokenizer(t, add_special_tokens=False)["input_ids"] + (eos if fin else [])
-                        for t, fin in zip(row.texts, row.finished)], row.texts)
-            for row, prompt_ids in zip(rows, prompts)]
+                        for t, fin in zip(texts, finished)], texts)
+            for (problem, texts, finished), prompt_ids in zip(rows, prompts)]
 
 
-def offline_batch(groups, count, step, seed):
-    """`count` offline groups for `step`: epochs of seeded permutations, a pure function of step (so
-    that --resume continues exactly)."""
-    out, pos = [], step * count
-    while len(out) < count:
-        epoch, offset = divmod(pos, len(groups))
-        order = np.random.default_rng([seed, 1234, epoch]).permutation(len(groups))
-        take = min(count - len(out), len(groups) - offset)
-        out.extend(groups[i] for i in order[offset:offset + take])
-        pos += take
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Inputs, checked before anything is trained
-# --------------------------------------------------------------------------------------------------
 def online_groups(args) -> int:
     """On-policy groups a batch: round(f B)."""
     return round(args.online_fraction * args.prompts)
 
 
-def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
-    """Every flag and file checked (one line, exit status 2, before the run folder is made), then
-    loaded: common.load_inputs, and the offline groups of --offline-data or of the reference
-    samples of the run being resumed (None: the reference is sampled, or no group is offline)."""
-    n_online = online_groups(args)
-    try:
-        task = get_task(args.task)
-        args.reward = common.check_reward(task, args.reward)
-        if args.n < 2:
-            raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
-        if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
-            raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
-        if args.lr_baseline == "var" and n_online > 0 and args.n < 3:
-            raise ValueError("--lr-baseline var needs --n >= 3; use --lr-baseline none with n = 2")
-        if args.offline_data and n_online == args.prompts:
-            raise ValueError("--offline-data is unused when every group is on-policy: give "
-                             "--online-fraction < 1")
-        pool, held_out = common.task_problems(task, args)
-        # no checkpoint: killed before its first one (the reference samples may be on disk)
-        inputs = common.load_inputs("agro", args, task, pool, held_out,
-                                    ("optimizer", "rng", "step"), required=False)
-        path, offline = args.offline_data or os.path.join(args.out, REFERENCE_SAMPLES), None
-        if n_online < args.prompts and (args.offline_data or args.resume and os.path.exists(path)):
-            offline = offline_groups(read_offline(path, task, args.n), task, args.reward,
-                                     inputs.tokenizer, inputs.style)
-        return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
+def sample_batch(args, inputs: common.Inputs, engine, offline, step) -> list[Group]:
+    """round(f B) groups sampled now from pi (temperature 1, no top-p), then offline ones: epochs
+    of seeded permutations of the offline set, a pure function of step (so --resume is exact)."""
+    batch, n_online = [], online_groups(args)
+    if n_online:
+        idx = np.random.default_rng([args.seed, step]).choice(len(inputs.pool), n_online,
+                                                              replace=False)
+        sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0)
+        for i, g in zip(idx, engine.generate([inputs.prompts[i] for i in idx], sc)):
+            batch.append(make_group(inputs.task, args.reward, inputs.pool[i], inputs.prompts[i],
+                                    [s.ids for s in g], [s.text for s in g],
+                                    [s.logprobs for s in g]))
+    pos = step * (args.prompts - n_online)  # offline groups taken before this step
+    while len(batch) < args.prompts:
+        epoch, offset = divmod(pos, len(offline))
+        order = np.random.default_rng([args.seed, 1234, epoch]).permutation(len(offline))
+        take = min(args.prompts - len(batch), len(offline) - offset)
+        batch.extend(offline[i] for i in order[offset:offset + take])
+        pos += take
+    return batch
 
 
 def reference_samples(args, inputs: common.Inputs, run, engine) -> list[Group]:
-    """mu = pi_ref (§8.2): n samples of --offline-prompts training prompts, drawn ONCE from the
-    frozen reference (seeded, so that a run killed while drawing them draws the same ones again)
-    and kept as RUN/reference_samples.jsonl, which a resumed run reads back."""
+    """mu = pi_ref (§8.2): n samples of --offline-prompts training prompts drawn ONCE (seeded, so a
+    run killed while drawing them draws them again), kept in the run folder for --resume."""
     path = run.path(REFERENCE_SAMPLES)
     if not os.path.exists(path):
         idx = np.random.default_rng([args.seed, 99]).choice(
@@ -413,41 +320,46 @@ def reference_samples(args, inputs: common.Inputs, run, engine) -> list[Group]:
     return offline_groups(rows, inputs.task, args.reward, inputs.tokenizer, inputs.style)
 
 
-# --------------------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------------------
-def sample_batch(args, inputs: common.Inputs, engine, offline, step) -> list[Group]:
-    """round(f B) groups sampled now from the current policy (temperature 1, no top-p) and the rest
-    from the offline set."""
-    batch, n_online = [], online_groups(args)
-    if n_online:
-        idx = np.random.default_rng([args.seed, step]).choice(len(inputs.pool), n_online,
-                                                              replace=False)
-        sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0)
-        for i, g in zip(idx, engine.generate([inputs.prompts[i] for i in idx], sc)):
-            batch.append(make_group(inputs.task, args.reward, inputs.pool[i], inputs.prompts[i],
-                                    [s.ids for s in g], [s.text for s in g],
-                                    [s.logprobs for s in g]))
-    if n_online < args.prompts:
-        batch += offline_batch(offline, args.prompts - n_online, step, args.seed)
-    return batch
+# ---- Inputs checked, one optimizer step, evaluation ----------------------------------------------
+def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
+    """Flags and files checked (one line, exit 2, before the run folder is made), then loaded, with
+    the offline groups of --offline-data or of the resumed run (None: pi_ref is to be sampled)."""
+    n_online = online_groups(args)
+    try:
+        task = get_task(args.task)
+        args.reward = common.check_reward(task, args.reward)
+        if args.n < 2:
+            raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
+        if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
+            raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
+        if args.lr_baseline == "var" and n_online > 0 and args.n < 3:
+            raise ValueError("--lr-baseline var needs --n >= 3; use --lr-baseline none with n = 2")
+        if args.offline_data and n_online == args.prompts:
+            raise ValueError("--offline-data is unused when every group is on-policy")
+        pool, held_out = common.task_problems(task, args)
+        # no checkpoint: killed before its first one (the reference samples may be on disk)
+        inputs = common.load_inputs("agro", args, task, pool, held_out,
+                                    ("optimizer", "rng", "step"), required=False)
+        path, offline = args.offline_data or os.path.join(args.out, REFERENCE_SAMPLES), None
+        if n_online < args.prompts and (args.offline_data or args.resume and os.path.exists(path)):
+            offline = offline_groups(read_offline(path, task, args.n), task, args.reward,
+                                     inputs.tokenizer, inputs.style)
+        return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
 
 
-def logprob_gap(logprobs: torch.Tensor, groups: list[Group]) -> float:
-    """On-policy groups: the largest |log pi - the engine's log-prob| over their tokens (0 if
-    sampled from exactly the trained weights).
-    logprobs: [len(groups) n, T], rows in the groups' order."""
-    gap, n = 0.0, len(groups[0].completion_ids)
-    for j, g in enumerate(groups):
-        for k, lp in enumerate(g.sampler_logprobs or []):
-            gap = max(gap, (logprobs[j * n + k, :len(lp)] - torch.tensor(lp)).abs().max().item())
-    return gap
+def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool):
+    """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
+    per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
+    out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl)
+    with torch.no_grad():
+        ref = common.completion_logprobs(ref_model, prompts, completions, pad_id, full=with_kl)
+    return out[0], ref[0], out[1], token_kl(out[2], ref[2], out[1]) if with_kl else None
 
 
-def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int,
-              pad_id: int) -> dict:
-    """One optimizer step of --loss on a batch of groups (forward and backward by micro-batches,
-    clip, warm-up, update); returns the step's metrics."""
+def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, pad_id: int):
+    """One optimizer step of --loss on a batch (micro-batches, clip, warm-up); returns metrics."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     n_samples = len(batch) * args.n
@@ -473,7 +385,10 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int,
         h_off.append(h[~online].reshape(-1))
         if kl is not None:
             kls.append(kl.detach().sum(-1))
-        gap = max(gap, logprob_gap(logprobs.detach(), mb))
+        for j, g in enumerate(mb):  # on-policy groups: max |log pi - the engine's log-prob|
+            for k, lp in enumerate(g.sampler_logprobs or []):
+                diff = logprobs[j * args.n + k, :len(lp)].detach() - torch.tensor(lp)
+                gap = max(gap, diff.abs().max().item())  # 0 if sampled from these very weights
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     common.check_finite(step + 1, "--lr too large, or --beta / --lambda-lr against the rewards' "
                         "scale", loss=loss_sum, grad_norm=grad_norm)
@@ -499,9 +414,7 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int,
 
 
 def evaluate(args, inputs: common.Inputs, engine) -> dict:
-    """Held-out metrics per size (common.evaluate, seeded) and KL(pi || pi_ref) = E_{y~pi} h(y) by
-    Monte Carlo on 4 samples of 64 training prompts."""
-    inputs.model.eval()
+    """Held-out metrics per size (seeded) and KL(pi || pi_ref) = E_{y~pi} h(y) by Monte Carlo."""
     metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
                                     max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
     metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs, args.seed,
