@@ -18,14 +18,14 @@ A_t onto r - Q0_hat under a sigmoid (`advantage`). The fixed point is pi* = pi_0
 Q0_hat(x) = beta log(S0 + (1 - S0) e^{-1/beta}) comes from --q0-samples samples of pi_0 at
 temperature 1 (§3.1.3).
 
-The loop (main): Q0_hat of every training prompt once; then each step a batch of the sampler's
-(refreshed every --model-update-interval steps) and offline trajectories (§3.2), one optimizer step.
+The loop (main): Q0_hat of every training prompt, once; then at each step a batch from the sampler
+(refreshed every --model-update-interval steps) mixed with offline data (§3.2), one optimizer step.
 
 beta is the paper's 1/ln 1e5: Q0_hat then sits near an easy prompt's best reward and the first
 updates mostly push sampled failures down; a larger beta makes the first update a centred REINFORCE
-step (docs/DERIVATIONS.md) but regularises more. The paper's settings, Q0 from 800 samples on a
-GPU, then half online on scripts/spo_offline_data.py's samples of pi_0:
+step (docs/DERIVATIONS.md) but regularises more. The paper's settings (800 samples want a GPU):
       python spo.py --temperature 0.1,0.8 --top-p 0.95 --model-update-interval 10 --q0-samples 800
+      python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
       python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5
 """
 from __future__ import annotations
@@ -69,8 +69,7 @@ def parse_args(argv=None):
     add("--loss", choices=["sq", "ce"], default="sq",
         help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
     add("--eps", type=common.positive_float, default=1e-3, help="ce's clip of Q/beta (paper: ~0)")
-    add("--train-prompts", type=common.positive_int, default=256,
-        help="training problems per size: the finite pool whose Q0 is estimated before training")
+    add("--train-prompts", type=common.positive_int, default=256, help="training problems a size")
     add("--problems", type=common.problems_source, default=None,
         help="training problems from a JSONL file, `hub` or a hub dataset id")
     add("--q0-samples", type=common.positive_int, default=64,
@@ -79,8 +78,7 @@ def parse_args(argv=None):
     add("--q0-cache", default=None, metavar="FILE", help="another run's q0.jsonl to reuse")
     add("--batch-size", type=common.positive_int, default=256, help="trajectories a step")
     add("--samples-per-prompt", type=common.positive_int, default=8, help="online samples a prompt")
-    add("--online-fraction", type=common.fraction, default=1.0,
-        help="share of each batch sampled online; the rest comes from --offline-data (paper: 0.5)")
+    add("--online-fraction", type=common.fraction, default=1.0, help="online share (paper: 0.5)")
     add("--offline-data", default=None, metavar="FILE", help="offline trajectories (read_offline)")
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
@@ -217,8 +215,8 @@ def spo_reward(task, problem: dict, text: str) -> float:
 
 
 def check_args(args, parser) -> tuple:
-    """Every flag and file checked before a model is loaded (bad input: one line, exit 2). Returns
-    (task, training pool with the offline rows' problems, held-out sets, offline rows, Q0 cache)."""
+    """Flags and files checked before a model is loaded (bad input: one line, exit 2). Returns the
+    task, the training pool (with the offline rows' problems), held-out sets and offline rows."""
     try:
         task = get_task(args.task)
         if args.top_p > 1:
@@ -226,32 +224,29 @@ def check_args(args, parser) -> tuple:
         if args.online_fraction < 1.0 and args.offline_data is None:
             raise ValueError("--online-fraction below 1 needs --offline-data FILE")
         offline = read_offline(args.offline_data, task) if args.offline_data is not None else []
-        q0_cache = {}
-        if args.q0_cache is not None:
+        if args.q0_cache is not None:  # checked here, read by q0_hat
             if not os.path.isfile(args.q0_cache):
                 raise ValueError(f"no such Q0 cache: {args.q0_cache}")
             ref_path = common.resolve_model_path(args.model, task=args.task)
-            q0_cache = read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
+            read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
         checkpoint = os.path.join(args.resume or "", "checkpoint")
         if args.resume and os.path.exists(checkpoint) and not common.checkpoint_path(checkpoint):
             raise ValueError(f"--resume {args.resume}: checkpoint/ lacks trainer_state.pt")
-        # --train-prompts plays the part of the other scripts' --train-size
-        sized = argparse.Namespace(**vars(args), train_size=args.train_prompts)
+        sized = argparse.Namespace(**vars(args), train_size=args.train_prompts)  # our --train-size
         pool, held_out = common.task_problems(task, sized)
         keys = {task.problem_key(p) for p in pool}
         for row in offline:  # offline problems join the pool (each needs its Q0_hat)
             if task.problem_key(row["problem"]) not in keys:
                 keys.add(task.problem_key(row["problem"]))
                 pool.append(row["problem"])
-        return task, pool, held_out, offline, q0_cache
+        return task, pool, held_out, offline
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
 
 
 def load_inputs(args, parser):
-    """check_args, then the models and prompts, the offline rows fitted to --max-new-tokens and
-    the run folder; bad input: one line, exit 2. Returns (inputs, run, Q0 cache, fit_offline's)."""
-    task, pool, held_out, offline_rows, q0_cache = check_args(args, parser)
+    """check_args, then the models and prompts, fit_offline's rows and the run folder."""
+    task, pool, held_out, offline_rows = check_args(args, parser)
     try:
         inputs = common.load_inputs("spo", args, task, pool, held_out,
                                     ("step", "optimizer", "schedule", "rng"), required=False)
@@ -259,7 +254,7 @@ def load_inputs(args, parser):
         if not offline[0] and args.online_fraction < 1.0:
             raise ValueError(f"--offline-data {args.offline_data}: every row stopped unfinished "
                              f"before --max-new-tokens {args.max_new_tokens}")
-        return inputs, common.Run(args.out, vars(args), resume=bool(args.resume)), q0_cache, offline
+        return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
 
@@ -288,14 +283,14 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
     return table
 
 
-def q0_hat(engine, inputs: common.Inputs, q0_cache: dict, run, args, stop) -> torch.Tensor:
+def q0_hat(engine, inputs: common.Inputs, run: common.Run, args, stop) -> torch.Tensor:
     """Q0_hat [P] of the pool (§3.1.3): successes of --q0-samples samples of pi_0 at temperature 1
     where neither --q0-cache nor RUN/q0.jsonl has them. The cache is rewritten after each chunk and
     chunk j has its own seed: a killed estimate resumes with the same draws; Ctrl-C stops after a
     chunk."""
     task, pool, cache_file = inputs.task, inputs.pool, run.path("q0.jsonl")
     made_with = q0_made_with(args, args.model_path)
-    table = dict(q0_cache)
+    table = read_q0_cache(args.q0_cache, made_with) if args.q0_cache is not None else {}
     if os.path.exists(cache_file):  # this run's own, from before it was stopped
         table.update(read_q0_cache(cache_file, made_with))
     engine.sync(inputs.ref_model)  # sample pi_0 itself
@@ -392,8 +387,8 @@ def draw_batch(engine, inputs: common.Inputs, offline: list[Trajectory], step: i
 # ------------------------------------------------------------------------------------------------
 def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_all: torch.Tensor,
              args, step: int, pad_id: int) -> dict:
-    """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched; stops the
-    run before the weights change if the loss or gradient norm is not finite. Returns metrics."""
+    """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched; a loss or
+    gradient norm that is not finite stops the run before the weights change."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss_sum, q_ts, kls = 0.0, [], []
@@ -428,20 +423,14 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
             "lr": schedule.get_last_lr()[0], "samples": len(batch)}
 
 
-def make_optimizer(inputs: common.Inputs, run, args):
-    """AdamW, linear warm-up then constant, and the sampler (a frozen copy of the policy), as a
-    checkpoint left them. Returns (optimizer, schedule, sampler, the step to go on from)."""
-    model, state = inputs.model, inputs.state
-    sampler = copy.deepcopy(model).eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+def restore(state: dict | None, optimizer, schedule, sampler, run: common.Run) -> int:
+    """common.restore, then the lr schedule and the sampler as a checkpoint left them."""
     step = common.restore(state, optimizer, run)
     if state:
         schedule.load_state_dict(state["schedule"])
         if state.get("sampler") is not None:  # the sampler lagged the policy at the checkpoint
             sampler.load_state_dict(state["sampler"])
-    return optimizer, schedule, sampler, step
+    return step
 
 
 def evaluate(engine, inputs: common.Inputs, sampler, args) -> dict:
@@ -458,20 +447,23 @@ def main(argv=None):
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
     common.setup(args.seed, args.threads)
-    inputs, run, q0_cache, (offline, cut, dropped) = load_inputs(args, parser)
+    inputs, (offline, cut, dropped), run = load_inputs(args, parser)
     model, tokenizer = inputs.model, inputs.tokenizer
-    optimizer, schedule, sampler, step = make_optimizer(inputs, run, args)
+    sampler = copy.deepcopy(model).eval().requires_grad_(False)  # lags the policy (§3.2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then constant
+        optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
+    step = restore(inputs.state, optimizer, schedule, sampler, run)
     engine = common.make_engine(args.engine, sampler, tokenizer, inputs.ckpt or args.model_path,
                                 seed=args.seed)
     with common.StopOnInterrupt() as stop:
         t_q0 = time.perf_counter()
-        q0_all = q0_hat(engine, inputs, q0_cache, run, args, stop)  # §3.1.3, once
+        q0_all = q0_hat(engine, inputs, run, args, stop)  # §3.1.3, once
         t_q0 = time.perf_counter() - t_q0
         engine.sync(sampler)
-        print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from "
-              f"{args.model_path}, step {step}, engine {engine.name}, {len(inputs.pool)} problems "
-              f"(Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, "
-              f"{dropped} dropped), {args.objective}/{args.loss}, beta={args.beta:.4f}, {run.dir}")
+        print(f"spo: {args.model_path} at step {step}, engine {engine.name}, {len(inputs.pool)} "
+              f"problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline rows ({cut} "
+              f"cut, {dropped} dropped), {args.objective}/{args.loss}, beta={args.beta:.4f}")
         if step == 0:
             row = {**evaluate(engine, inputs, sampler, args),
                    "time_q0": t_q0, "offline_cut": cut, "offline_dropped": dropped}
