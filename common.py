@@ -19,8 +19,6 @@ computed in fp32 with `position_ids = cumsum(attention_mask) - 1`, the same posi
 use, so that sampler and trainer agree; both engines sample from a SamplingConfig alone, never from
 the sampling defaults a checkpoint ships in its generation_config.json.
 """
-from __future__ import annotations
-
 import argparse
 import contextlib
 import gc
@@ -47,9 +45,7 @@ from tqdm import tqdm
 _set_num_threads = torch.set_num_threads
 
 
-# --------------------------------------------------------------------------------------------------
-# 1. Flags and bad input
-# --------------------------------------------------------------------------------------------------
+# ---- 1. Flags and bad input ----------------------------------------------------------------------
 class UsageError(Exception):
     """Bad input from the user (a flag, a path, a data file): scripts print one line and exit 2."""
 
@@ -153,9 +149,7 @@ def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micr
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
 
 
-# --------------------------------------------------------------------------------------------------
-# 2. Seeding and threads
-# --------------------------------------------------------------------------------------------------
+# ---- 2. Seeding and threads ----------------------------------------------------------------------
 def setup(seed: int, threads: int | None = None) -> None:
     """Seed python, numpy and torch; choose torch's CPU thread count deliberately.
 
@@ -171,9 +165,7 @@ def setup(seed: int, threads: int | None = None) -> None:
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
 
 
-# --------------------------------------------------------------------------------------------------
-# 3. Models
-# --------------------------------------------------------------------------------------------------
+# ---- 3. Models -----------------------------------------------------------------------------------
 TINY = "tiny"
 # The tiny model reads and writes single characters: every printable ASCII character is a token.
 TINY_SPECIALS = ["<pad>", "<eos>", "<unk>"]
@@ -334,9 +326,7 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-# --------------------------------------------------------------------------------------------------
-# 4. Prompts
-# --------------------------------------------------------------------------------------------------
+# ---- 4. Prompts ----------------------------------------------------------------------------------
 def prompt_style(model, tokenizer) -> str:
     """"compact" for the tiny model, "chat" when the tokenizer has a chat template, else "plain"."""
     style = getattr(model.config, "prompt_style", None)
@@ -366,9 +356,7 @@ def encode_prompts(task, problems: list[dict], tokenizer, style: str) -> list[li
     return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
-# --------------------------------------------------------------------------------------------------
-# 5. Log-probs of given completions
-# --------------------------------------------------------------------------------------------------
+# ---- 5. Log-probs of given completions -----------------------------------------------------------
 def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int):
     """Left-pad prompts and right-pad completions so that every completion starts at column P.
 
@@ -412,9 +400,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     return (logp * mask, mask, logp_all) if full else (logp * mask, mask)
 
 
-# --------------------------------------------------------------------------------------------------
-# 6. Generation engines
-# --------------------------------------------------------------------------------------------------
+# ---- 6. Generation engines -----------------------------------------------------------------------
 @dataclass
 class Sample:
     """One completion: token ids (EOS included when emitted), text (special tokens dropped), and the
@@ -835,9 +821,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
     raise UsageError(f"unknown engine {kind!r}; choose {', '.join(ENGINES)}")
 
 
-# --------------------------------------------------------------------------------------------------
-# 7. Problems, a run's inputs, and evaluation
-# --------------------------------------------------------------------------------------------------
+# ---- 7. Problems, a run's inputs, and evaluation -------------------------------------------------
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
     if n - c < k:
@@ -985,9 +969,7 @@ def kl_to_ref(engine, inputs: Inputs, seed: int, *, prompts: int = 64, n: int = 
     return ((lp - ref_lp) * mask).sum(-1).mean().item()
 
 
-# --------------------------------------------------------------------------------------------------
-# 8. Runs, metrics and checkpoints
-# --------------------------------------------------------------------------------------------------
+# ---- 8. Runs, metrics and checkpoints ------------------------------------------------------------
 class Run:
     """A run folder: config.json, metrics.jsonl (one JSON object per line, appended and flushed),
     checkpoint/ (the latest, written atomically) and final/ (the model the next script takes as
@@ -1194,9 +1176,7 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# --------------------------------------------------------------------------------------------------
-# 9. Faults: files read, non-finite values, Ctrl-C
-# --------------------------------------------------------------------------------------------------
+# ---- 9. Faults: files read, non-finite values, Ctrl-C --------------------------------------------
 def read_jsonl(path: str, what: str = "data file") -> list[dict]:
     """The JSON objects of a JSONL file, or UsageError naming the file and line.
 

@@ -33,8 +33,6 @@ and dropping it would bias the gradient of J; dropping groups with A = 0 only re
 Run:  python sft.py --task countdown && python rloo.py --task countdown     (CPU, minutes)
       python rloo.py --model runs/sft-.../final --engine vllm               (GPU)
 """
-from __future__ import annotations
-
 import argparse
 import math
 import sys
@@ -84,9 +82,7 @@ def parse_args(argv=None):
     return p, p.parse_args(argv)
 
 
-# -------------------------------------------------------------------------------------------------
-# The estimator: pure functions
-# -------------------------------------------------------------------------------------------------
+# ---- The estimator: pure functions ---------------------------------------------------------------
 def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
     """R = r - beta * sg(h), the KL-regularised reward.  rewards, h: [B, k]  ->  R: [B, k]."""
     return rewards - beta * h.detach()
@@ -138,9 +134,7 @@ def has_signal(rewards, completions, beta: float) -> bool:
     return beta != 0 and len({tuple(c) for c in completions}) > 1
 
 
-# -------------------------------------------------------------------------------------------------
-# Sampling
-# -------------------------------------------------------------------------------------------------
+# ---- Sampling ------------------------------------------------------------------------------------
 class Group(NamedTuple):
     """k completions of one prompt and their rewards r_i."""
     problem: dict
@@ -189,9 +183,7 @@ def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
     return Batch(groups, share, drawn * args.k)
 
 
-# -------------------------------------------------------------------------------------------------
-# One optimizer step
-# -------------------------------------------------------------------------------------------------
+# ---- One optimizer step --------------------------------------------------------------------------
 def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: int,
               step: int) -> dict:
     """One RLOO update on a batch of groups (Eqs. 2-3, KL in the reward); returns its metrics.
@@ -266,9 +258,7 @@ def batch_metrics(task, batch: Batch, args) -> dict:
             "generated": batch.generated}
 
 
-# -------------------------------------------------------------------------------------------------
-# Inputs and evaluation
-# -------------------------------------------------------------------------------------------------
+# ---- Inputs and evaluation -----------------------------------------------------------------------
 def load_inputs(args, parser) -> tuple[common.Inputs, common.Run]:
     """Check every input (flags, files, checkpoint) and load it; bad input: one line, exit 2."""
     try:
@@ -300,9 +290,7 @@ def evaluate(engine, inputs: common.Inputs, args) -> dict:
 SHOWN = ("signal_share", "kl_to_ref")  # printed beside the held-out accuracies
 
 
-# -------------------------------------------------------------------------------------------------
-# The algorithm
-# -------------------------------------------------------------------------------------------------
+# ---- The algorithm -------------------------------------------------------------------------------
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)

@@ -19,8 +19,6 @@ Run:  python sft.py --task countdown          (tiny model, CPU, ~5 minutes)
       python sft.py --model Qwen/Qwen2.5-0.5B-Instruct --lr 1e-5 --warmup 500 --batch-size 32 ...
 The model in RUN/final is what rloo.py, topr.py, agro.py and spo.py take as --model.
 """
-from __future__ import annotations
-
 import argparse
 import math
 import os
@@ -88,9 +86,7 @@ def parse_args(argv=None):
     return p, p.parse_args(argv)
 
 
-# -------------------------------------------------------------------------------------------------
-# The loss and the schedule: pure functions
-# -------------------------------------------------------------------------------------------------
+# ---- The loss and the schedule: pure functions ---------------------------------------------------
 def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, norm: str = "token") -> torch.Tensor:
     """Masked negative log-likelihood of the completions, [CR] Eq. 1.
 
@@ -116,9 +112,7 @@ def lr_lambda(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-# -------------------------------------------------------------------------------------------------
-# Data: (problem, completion) -> (prompt ids, completion ids), the prompt built as the RL scripts do
-# -------------------------------------------------------------------------------------------------
+# ---- Data: (problem, completion) -> token ids, the prompt built as the RL scripts build it -------
 class Example(NamedTuple):
     """One training pair: prompt ids (common.encode_prompts) and completion ids (EOS appended)."""
     prompt: list[int]
@@ -177,9 +171,7 @@ def data_examples(task, rows: list[dict], source: str):
     return problems, completions, given
 
 
-# -------------------------------------------------------------------------------------------------
-# One optimizer step
-# -------------------------------------------------------------------------------------------------
+# ---- One optimizer step --------------------------------------------------------------------------
 def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: int, step: int,
              autocast) -> dict:
     """One optimizer step of Eq. 1 on `batch` (in --grad-accum micro-batches); returns its metrics.
@@ -211,9 +203,7 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
     return {"loss": total, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
 
 
-# -------------------------------------------------------------------------------------------------
-# Inputs
-# -------------------------------------------------------------------------------------------------
+# ---- Inputs --------------------------------------------------------------------------------------
 @dataclass
 class Inputs:
     """Everything main() needs, checked before training starts."""
@@ -265,9 +255,7 @@ def load_inputs(args, parser, device: str) -> Inputs:
     return Inputs(task, train, eval_sets, model, tokenizer, model_path, run, state)
 
 
-# -------------------------------------------------------------------------------------------------
-# The algorithm
-# -------------------------------------------------------------------------------------------------
+# ---- The algorithm -------------------------------------------------------------------------------
 def main(argv=None):
     parser, args = parse_args(argv)
     args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with

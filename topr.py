@@ -34,8 +34,6 @@ every negative, §4.3); 3. --epochs passes of minibatch updates at a constant lr
 Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
 """
-from __future__ import annotations
-
 import argparse
 import math
 import os
@@ -69,9 +67,7 @@ REPORT_SETTING = {"c": 0.0, "split": 1.0, "iterations": 1, "prompts": 1000, "n":
 NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale"
 
 
-# --------------------------------------------------------------------------------------------------
-# The loss: pure functions of tensors
-# --------------------------------------------------------------------------------------------------
+# ---- The loss: pure functions of tensors ---------------------------------------------------------
 def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
                     a_neg: float, b_neg: float) -> torch.Tensor:
     """alpha = [pi/mu]_a^b in log space: exp(clamp(lw, ln a, ln b)), ln 0 = -inf, ln inf = inf.
@@ -163,9 +159,7 @@ def negative_share(rewards, c: float, split: float) -> float:
     return float(np.mean(np.asarray(rewards, dtype=float) - c < split))
 
 
-# --------------------------------------------------------------------------------------------------
-# Flags and inputs
-# --------------------------------------------------------------------------------------------------
+# ---- Flags and inputs ----------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # the data (Algorithm 1, first lines)
@@ -264,9 +258,7 @@ def load_inputs(args, parser) -> tuple[common.Inputs, dict, common.Run]:
         parser.error(str(e))
 
 
-# --------------------------------------------------------------------------------------------------
-# Data: rewards, generation, files, selection
-# --------------------------------------------------------------------------------------------------
+# ---- Data: rewards, generation, files, selection -------------------------------------------------
 def reward_of(task, problem: dict, text: str, variant: str) -> float:
     if variant == PM1:
         return 1.0 if task.is_correct(problem, text) else -1.0
@@ -415,9 +407,7 @@ def epoch_rewards(data: list[dict], it: int, epoch: int, task, args,
     return rewards, neg
 
 
-# --------------------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------------------
+# ---- Training ------------------------------------------------------------------------------------
 def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, pad_id: int,
               step: int) -> dict:
     """One optimizer step of Algorithm 1 on a minibatch, in micro-batches of --micro-batch (the same
