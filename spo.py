@@ -18,9 +18,6 @@ A_t onto r - Q0_hat under a sigmoid (`advantage`). The fixed point is pi* = pi_0
 Q0_hat(x) = beta log(S0 + (1 - S0) e^{-1/beta}) comes from --q0-samples samples of pi_0 at
 temperature 1 (§3.1.3).
 
-The loop (main): Q0_hat of every training prompt, once; then at each step a batch from the sampler
-(refreshed every --model-update-interval steps) mixed with offline data (§3.2), one optimizer step.
-
 beta is the paper's 1/ln 1e5: Q0_hat then sits near an easy prompt's best reward and the first
 updates mostly push sampled failures down; a larger beta makes the first update a centred REINFORCE
 step (docs/DERIVATIONS.md) but regularises more. The paper's settings (800 samples want a GPU):
@@ -68,7 +65,8 @@ def parse_args(argv=None):
         help="what is regressed onto the reward (§3.1.2, spo_loss)")
     add("--loss", choices=["sq", "ce"], default="sq",
         help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
-    add("--eps", type=common.positive_float, default=1e-3, help="ce's clip of Q/beta (paper: ~0)")
+    add("--eps", type=common.positive_float, default=1e-3,
+        help="ce clips Q/beta to <= -eps in the forward pass (paper: 'close to 0')")
     add("--train-prompts", type=common.positive_int, default=256, help="training problems a size")
     add("--problems", type=common.problems_source, default=None,
         help="training problems from a JSONL file, `hub` or a hub dataset id")
@@ -94,9 +92,7 @@ def parse_args(argv=None):
     return p, p.parse_args(argv)
 
 
-# ------------------------------------------------------------------------------------------------
-# The Q-parameterization and the losses: pure functions of tensors
-# ------------------------------------------------------------------------------------------------
+# ---- The Q-parameterization and the losses: pure functions of tensors ----------------------------
 def q0_from_successes(successes: torch.Tensor, samples: torch.Tensor, beta: float) -> torch.Tensor:
     """Q0_hat = beta * log(S0 + (1 - S0) * exp(-1/beta)), S0 = successes/samples (§3.1.3).
 
@@ -198,9 +194,7 @@ def spo_loss(q: torch.Tensor, q_t: torch.Tensor, mask: torch.Tensor, q0: torch.T
     return per_traj.mean()
 
 
-# ------------------------------------------------------------------------------------------------
-# Data: training problems, Q0_hat, offline trajectories, batches
-# ------------------------------------------------------------------------------------------------
+# ---- Data: training problems, Q0_hat, offline trajectories, batches ------------------------------
 class Trajectory(NamedTuple):
     prompt: list[int]  # prompt token ids
     ids: list[int]     # completion token ids, EOS included when it ended
@@ -284,10 +278,9 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
 
 
 def q0_hat(engine, inputs: common.Inputs, run: common.Run, args, stop) -> torch.Tensor:
-    """Q0_hat [P] of the pool (§3.1.3): successes of --q0-samples samples of pi_0 at temperature 1
-    where neither --q0-cache nor RUN/q0.jsonl has them. The cache is rewritten after each chunk and
-    chunk j has its own seed: a killed estimate resumes with the same draws; Ctrl-C stops after a
-    chunk."""
+    """Q0_hat [P] of the pool (§3.1.3) from --q0-samples samples of pi_0 at temperature 1 where
+    neither --q0-cache nor RUN/q0.jsonl has them, rewritten after each chunk; chunk j has its own
+    seed, so a killed estimate resumes with the same draws. Ctrl-C stops after a chunk."""
     task, pool, cache_file = inputs.task, inputs.pool, run.path("q0.jsonl")
     made_with = q0_made_with(args, args.model_path)
     table = read_q0_cache(args.q0_cache, made_with) if args.q0_cache is not None else {}
@@ -359,10 +352,9 @@ def fit_offline(rows: list[dict], inputs: common.Inputs, max_new_tokens: int):
 
 
 def draw_batch(engine, inputs: common.Inputs, offline: list[Trajectory], step: int, args):
-    """The trajectories of this step and the sampling temperature, seeded by (seed, step) so that a
-    resumed run draws the same. Online: one temperature ~ U(lo, hi) for the step, top-p,
-    --samples-per-prompt samples of the sampler for each of round(online_fraction * batch_size /
-    samples_per_prompt) prompts. Offline: the rest of the batch, uniform draws from the file."""
+    """This step's trajectories and temperature ~ U(lo, hi), seeded by (seed, step): the sampler's
+    for round(online_fraction * batch_size / samples_per_prompt) prompts, then uniform draws of
+    the offline rows for the rest of the batch."""
     pool, prompts = inputs.pool, inputs.prompts
     rng = np.random.default_rng([args.seed, step])
     n_prompts = round(args.online_fraction * args.batch_size / args.samples_per_prompt)
@@ -382,9 +374,7 @@ def draw_batch(engine, inputs: common.Inputs, offline: list[Trajectory], step: i
     return batch, temperature
 
 
-# ------------------------------------------------------------------------------------------------
-# One optimizer step, evaluation, and the loop
-# ------------------------------------------------------------------------------------------------
+# ---- One optimizer step, evaluation, and the loop ------------------------------------------------
 def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_all: torch.Tensor,
              args, step: int, pad_id: int) -> dict:
     """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched; a loss or
@@ -461,15 +451,13 @@ def main(argv=None):
         q0_all = q0_hat(engine, inputs, run, args, stop)  # §3.1.3, once
         t_q0 = time.perf_counter() - t_q0
         engine.sync(sampler)
-        print(f"spo: {args.model_path} at step {step}, engine {engine.name}, {len(inputs.pool)} "
-              f"problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline rows ({cut} "
-              f"cut, {dropped} dropped), {args.objective}/{args.loss}, beta={args.beta:.4f}")
+        print(f"spo: {args.model_path} at step {step}, {len(inputs.pool)} problems (Q0_hat mean "
+              f"{q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped)")
         if step == 0:
             row = {**evaluate(engine, inputs, sampler, args),
                    "time_q0": t_q0, "offline_cut": cut, "offline_dropped": dropped}
             run.log(0, row)
             common.report(0, row, (f"pass@{args.eval_k}",))
-
         bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
         snapshots = common.Snapshots(args.snapshots, started, run.dir)
@@ -495,10 +483,9 @@ def main(argv=None):
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
             if done % args.save_every == 0 or last or stop.requested:
-                stale = done % args.model_update_interval != 0  # the sampler lags: keep its weights
+                lagging = sampler.state_dict() if done % args.model_update_interval else None
                 common.save_state(run, model, tokenizer, optimizer, step=done,
-                                  schedule=schedule.state_dict(),
-                                  sampler=sampler.state_dict() if stale else None)
+                                  schedule=schedule.state_dict(), sampler=lagging)
             if stop.requested:
                 bar.close()
                 common.exit_interrupted("spo.py", run.dir, done)
