@@ -25,8 +25,6 @@ step (docs/DERIVATIONS.md) but regularises more. The paper's settings (800 sampl
       python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
       python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5
 """
-from __future__ import annotations
-
 import argparse
 import copy
 import math
