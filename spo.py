@@ -421,12 +421,13 @@ def restore(state: dict | None, optimizer, schedule, sampler, run: common.Run) -
     return step
 
 
-def evaluate(engine, inputs: common.Inputs, sampler, args) -> dict:
-    """Held-out metrics of the current weights (common.evaluate); the sampler keeps its own."""
+def evaluate(engine, inputs: common.Inputs, sampler, args, step: int) -> dict:
+    """Held-out metrics of the current weights, printed; the engine then holds the sampler's."""
     engine.sync(inputs.model)
     metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
                                     max_new_tokens=args.max_new_tokens)
     engine.sync(sampler)
+    common.report(step, metrics, (f"pass@{args.eval_k}",))
     return metrics
 
 
@@ -452,10 +453,8 @@ def main(argv=None):
         print(f"spo: {args.model_path} at step {step}, {len(inputs.pool)} problems (Q0_hat mean "
               f"{q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped)")
         if step == 0:
-            row = {**evaluate(engine, inputs, sampler, args),
-                   "time_q0": t_q0, "offline_cut": cut, "offline_dropped": dropped}
-            run.log(0, row)
-            common.report(0, row, (f"pass@{args.eval_k}",))
+            run.log(0, {**evaluate(engine, inputs, sampler, args, 0), "time_q0": t_q0,
+                        "offline_cut": cut, "offline_dropped": dropped})
         bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
         snapshots = common.Snapshots(args.snapshots, started, run.dir)
@@ -475,8 +474,7 @@ def main(argv=None):
                        time_generate=t_gen, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, inputs, sampler, args))
-                common.report(done, row, (f"pass@{args.eval_k}",))
+                row.update(evaluate(engine, inputs, sampler, args, done))
             run.log(done, row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
