@@ -37,8 +37,7 @@ from tasks import get_task
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="tiny",
-                   help="`tiny` (built locally), a local HF folder or a hub id")
+    p.add_argument("--model", default="tiny", help="`tiny` (built here), a folder or a hub id")
     p.add_argument("--data", default=None,
                    help="JSONL file or hub dataset of problems (the task's fields) with a "
                         "'completion'; default: the task's solver demonstrations")
@@ -62,15 +61,13 @@ def parse_args(argv=None):
     p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels, e.g. "
                    "3,4 (Countdown: numbers a puzzle); default: the task's SIZES")
     p.add_argument("--train-size", type=common.positive_int, default=20000, help="problems a size")
-    p.add_argument("--demo-steps", action="store_true",
-                   help="demonstrations write the solution's steps before the answer")
+    p.add_argument("--demo-steps", action="store_true", help="demonstrations show steps first")
     # evaluation
     p.add_argument("--eval-sizes", type=common.int_list, default=None,
                    help="held-out difficulty levels; default: the task's SIZES")
     p.add_argument("--eval-every", type=common.positive_int, default=200,
                    help="steps between evaluations (greedy; the final one also samples --eval-k)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
+    p.add_argument("--eval-size", type=common.positive_int, default=200, help="problems a size")
     p.add_argument("--eval-k", type=common.nonnegative_int, default=8,
                    help="samples per problem for sampled accuracy/pass@k (0: none)")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
