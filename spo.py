@@ -450,8 +450,11 @@ def main(argv=None):
         q0_all = q0_hat(engine, inputs, run, args, stop)  # §3.1.3, once
         t_q0 = time.perf_counter() - t_q0
         engine.sync(sampler)
-        print(f"spo: {args.model_path} at step {step}, {len(inputs.pool)} problems (Q0_hat mean "
-              f"{q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped)")
+        print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}"
+              f" at step {step}, engine {engine.name}, objective {args.objective}/{args.loss}, "
+              f"beta={args.beta:.4f}, {len(inputs.pool)} problems (Q0_hat mean "
+              f"{q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped), "
+              f"run {run.dir}")
         if step == 0:
             run.log(0, {**evaluate(engine, inputs, sampler, args, 0), "time_q0": t_q0,
                         "offline_cut": cut, "offline_dropped": dropped})
