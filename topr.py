@@ -248,7 +248,7 @@ def load_inputs(args, parser) -> tuple[common.Inputs, dict, common.Run]:
                 # the checkpoint resumed from
                 mu = common.load_model(args.model_path, device=model.device)[0] if inputs.ckpt \
                     else model
-                fill_lp_mu(data[0], mu, tokenizer.pad_token_id, args.micro_batch)
+                fill_lp_mu(data[0], mu, tokenizer.pad_token_id, args.micro_batch, args.bf16)
         it = inputs.state["iteration"] if inputs.state else 0
         own = os.path.join(args.out, f"data-{it}.jsonl")
         if inputs.ckpt and it not in data and os.path.exists(own):
@@ -330,14 +330,16 @@ def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
     return rows
 
 
-def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int) -> None:
-    """Set LP_mu of rows that lack it to their sequence log-prob under `model` (mu, at T = 1)."""
+def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: bool = False):
+    """Set LP_mu of rows that lack it to their sequence log-prob under `model` (mu, at T = 1),
+    computed as the trainer computes log pi (bf16: --bf16), so that the ratio starts at 1."""
     model.eval()
     with torch.no_grad():
         for s in range(0, len(rows), micro_batch):
             part = rows[s:s + micro_batch]
             lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in part],
-                                                  [r["completion_ids"] for r in part], pad_id)
+                                                  [r["completion_ids"] for r in part], pad_id,
+                                                  bf16=bf16)
             for r, v in zip(part, (lp * mask).sum(-1).tolist()):
                 r.setdefault("lp_mu", v)
 
@@ -423,7 +425,8 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
         mb = batch[s:s + args.micro_batch]
         r = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M]
         logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
-                                                    [x["completion_ids"] for x in mb], pad_id)
+                                                    [x["completion_ids"] for x in mb], pad_id,
+                                                    bf16=args.bf16)
         lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)  # [M]
         if args.loss == "topr":  # Eq. 8
             loss = topr_loss(logprobs, mask, lp_mu, r, args.c, args.loss_norm, args.split)

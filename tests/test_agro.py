@@ -340,12 +340,14 @@ def test_onpolicy_threshold_for_any_two_reward_levels():
         r = torch.full((K,), b, dtype=f64)
         r[0] = a
         d = a - b
-        for p in (0.05, 0.3, 0.45):
+        for p in (0.05, 0.35, 0.45):
             ref_p = torch.full((K,), (1 - p) / (K - 1), dtype=f64)
             ref_p[0] = p
             for beta in (0.1, 0.3, 1.0):
                 up = -expected_grad(ref_p.log(), ref_p.log(), r, beta, None, 2, "on", 1.0)[0].item()
                 assert up == pytest.approx(p * (1 - p) * d * (1 - d * (0.5 - p) / beta), abs=1e-12)
+                # the sign is asserted off the threshold, where the update is 0 up to rounding
+                assert abs(p - (0.5 - beta / d)) > 0.01
                 assert (up > 0) == (p > 0.5 - beta / d)
 
 
