@@ -2,21 +2,27 @@
 
     python scripts/gpu_smoke.py                    # a real model if one is in the local HF cache
     python scripts/gpu_smoke.py --model /path/to/a/checkpoint
+    python scripts/gpu_smoke.py --qwen-shape       # random weights in Qwen2.5-0.5B's shape
 
 One line for each check, in this order:
   device    the GPU, torch, transformers and vLLM versions
   model     the model it measures: --model, else Qwen/Qwen2.5-0.5B-Instruct where the local HF
-            cache holds it, else tests/hub_standin.py's Qwen2-shaped stand-in (built in seconds)
+            cache holds it, else tests/hub_standin.py's Qwen2-shaped stand-in (--qwen-shape: at
+            Qwen2.5-0.5B's size, random weights)
   tests     `pytest tests/test_vllm.py` (log-probs, weight sync, greedy, seeds, exact resume)
   start-up  seconds to start the vLLM engine (the GPU build compiles and captures CUDA graphs)
   tokens/s  sampled completion tokens per second of vLLM, our kv loop and HF generate, one batch
   sync      the largest |log-prob| gap between engine and trainer after perturbing the trainer's
             weights and syncing them (0 up to numerics; the trainer computes in fp32)
-  memory    peak GPU memory of a trainer step (forward, backward, AdamW) and the engine's share
-  scripts   one short run of each script through scripts/rehearse.py with --engine vllm
-Where vLLM is not installed its checks say so, and the scripts run with the kv engine. On a machine
-with no GPU it says so in one line and exits 0; `--cpu` rehearses every check on the CPU instead
-(the figures then say nothing about a GPU; memory is not measured).
+  step      peak GPU memory and seconds of one rloo.py step at its defaults (64 prompts x 4,
+            micro-batches of 8 prompts, AdamW) on completions of --step-tokens tokens: fp32,
+            --bf16, and --bf16 --grad-checkpoint (the model's weights, gradients, AdamW state and
+            the frozen pi_ref included)
+  scripts   a short sft.py of the tiny model (so that rewards are earned), then a short run of each
+            script from it with each engine, through scripts/rehearse.py: every loss runs
+Where vLLM is not installed its checks say so, and the scripts run with the kv and hf engines. On a
+machine with no GPU it says so in one line and exits 0; `--cpu` rehearses every check on the CPU
+instead (the figures then say nothing about a GPU; memory is not measured).
 """
 import argparse
 import os
@@ -76,22 +82,37 @@ def max_gap(engine, model, tok, prompts, sc) -> float:
                for i, s in enumerate(samples) if s.ids)
 
 
-def trainer_step_peak(model, tok, samples) -> int | None:
-    """Peak GPU memory of one training step on `samples` with the scripts' fp32 AdamW (None on
-    the CPU)."""
+def rloo_step_peak(model, ref, tok, args, flags: list[str]) -> tuple[int | None, float]:
+    """Peak GPU memory (None on the CPU) and seconds of one rloo_step at rloo.py's defaults with
+    `flags`, on 64 prompts x 4 random completions of --step-tokens tokens (every group with a
+    reward signal, so that every micro-batch trains)."""
+    import rloo
+    rargs = rloo.parse_args(flags)[1]
+    g, high = torch.Generator().manual_seed(0), min(5000, model.config.vocab_size)
+    groups = []
+    for _ in range(rargs.prompts):
+        prompt = torch.randint(10, high, (100,), generator=g).tolist()
+        samples = [common.Sample(prompt, torch.randint(10, high, (args.step_tokens,),
+                                                       generator=g).tolist(), "",
+                                 [0.0] * args.step_tokens, False) for _ in range(rargs.k)]
+        groups.append(rloo.Group({}, samples, [1.0, 0.0, 0.0, 1.0][:rargs.k]))
+    if rargs.grad_checkpoint:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7, weight_decay=0.0)
     cuda = torch.cuda.is_available()
+    synchronize()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)
-    model.train()
-    lp, mask = common.completion_logprobs(model, [s.prompt_ids for s in samples],
-                                          [s.ids for s in samples], tok.pad_token_id)
-    (-(lp * mask).sum() / mask.sum()).backward()
-    optimizer.step()
+    t = time.perf_counter()
+    rloo.rloo_step(model, ref, optimizer, groups, rargs, tok.pad_token_id, 0)
+    synchronize()
+    seconds = time.perf_counter() - t
+    peak = torch.cuda.max_memory_allocated() if cuda else None
+    model.gradient_checkpointing_disable()
     optimizer.zero_grad(set_to_none=True)
-    model.eval()
     del optimizer
-    return torch.cuda.max_memory_allocated() if cuda else None
+    torch.cuda.empty_cache() if cuda else None
+    return peak, seconds
 
 
 def main():
@@ -101,6 +122,12 @@ def main():
     p.add_argument("--prompts", type=common.positive_int, default=64)
     p.add_argument("--n", type=common.positive_int, default=8, help="samples per prompt")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=128)
+    p.add_argument("--step-tokens", type=common.positive_int, default=512,
+                   help="completion length of the measured rloo.py step (the README's GPU budget)")
+    p.add_argument("--qwen-shape", action="store_true",
+                   help="measure a random model of Qwen2.5-0.5B's shape (tests/hub_standin.py)")
+    p.add_argument("--sft-steps", type=common.positive_int, default=600,
+                   help="sft.py steps of the tiny model before the scripts' short runs")
     p.add_argument("--skip-scripts", action="store_true", help="leave out the scripts' short runs")
     p.add_argument("--cpu", action="store_true",
                    help="with no GPU, rehearse the checks on the CPU (to test this script)")
@@ -116,11 +143,14 @@ def main():
     say("device", f"{where}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"vllm {vllm_version}")
 
-    path = args.model or cached_model()
+    path = args.model or (None if args.qwen_shape else cached_model())
     if path is None:
-        from hub_standin import build_standin
-        path = build_standin(os.path.join(tempfile.mkdtemp(), "standin"))
-        say("model", f"the hub-shaped stand-in ({REAL_MODEL} is not in the local HF cache)")
+        from hub_standin import QWEN_05B, build_standin
+        shape = QWEN_05B if args.qwen_shape else {}
+        path = build_standin(os.path.join(tempfile.mkdtemp(), "standin"), **shape)
+        say("model", "the hub-shaped stand-in" + (", Qwen2.5-0.5B's shape, random weights"
+                                                   if args.qwen_shape else
+                                                   f" ({REAL_MODEL} is not in the local HF cache)"))
     common.setup(0)
     model, tok = common.load_model(path, device="cuda" if cuda else "cpu")
     say("model", f"{path}: {common.count_parameters(model) / 1e6:.1f}M parameters, fp32 trainer")
@@ -138,9 +168,21 @@ def main():
     prompts = common.encode_prompts(countdown, problems, tok, common.prompt_style(model, tok))
     sc = common.SamplingConfig(args.n, args.max_new_tokens, 1.0)
     engines = {"kv": common.KVEngine(model, tok), "hf": common.HFEngine(model, tok)}
-    # the trainer's peak first: once the engine is in this process, torch counts its memory too
-    samples = [s for g in engines["kv"].generate(prompts[:16], sc) for s in g]
-    trainer = trainer_step_peak(model, tok, samples)
+    # the trainer's peaks first: once the engine is in this process, torch counts its memory too
+    ref = common.load_model(path, device=model.device)[0].requires_grad_(False)
+    steps = {}
+    for flags in ([], ["--bf16"], ["--bf16", "--grad-checkpoint"]):
+        name = " ".join(flags) or "fp32"
+        try:
+            steps[name] = rloo_step_peak(model, ref, tok, args, flags)
+        except torch.OutOfMemoryError:
+            steps[name] = (None, float("nan"))
+            torch.cuda.empty_cache()
+        peak, seconds = steps[name]
+        say("step", f"rloo.py defaults ({name}), 64 x 4 completions of {args.step_tokens} tokens: "
+            + (f"peak {gib(peak)}, " if peak else "out of memory, " if cuda else "")
+            + f"{seconds:.1f}s")
+    del ref
     engine_bytes = None
     if has_vllm:
         synchronize()
@@ -167,26 +209,27 @@ def main():
     else:
         say("sync", "vLLM is not installed")
     if cuda:
-        say("memory", f"trainer step peak {gib(trainer)} (16 prompts x {args.n}); vLLM engine "
-            + ("not installed" if engine_bytes is None else gib(engine_bytes)))
-    else:
-        say("memory", "not measured on the CPU")
+        say("memory", "vLLM engine " + ("not installed" if engine_bytes is None
+                                        else gib(engine_bytes)))
     for e in engines.values():
         e.close()
 
     if args.skip_scripts:
         return 0
-    engine = "vllm" if has_vllm else "kv"
+    engines = "vllm,kv,hf" if has_vllm else "kv,hf"
     t = time.perf_counter()
     out = os.path.join(tempfile.mkdtemp(), "rehearse")
-    proc = subprocess.run([sys.executable, "scripts/rehearse.py", "--engines", engine, "--out",
-                           out], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "scripts/rehearse.py", "--engines", engines, "--out",
+                           out, "--from-sft", str(args.sft_steps)], cwd=ROOT, capture_output=True,
+                          text=True)
     rows = [line for line in proc.stdout.splitlines() if " rc=" in line]
     failed = [line for line in rows if " rc=0 " not in line or "reloads=False" in line]
-    say("scripts", f"{len(rows) - len(failed)} of {len(rows)} short runs ended and reload, engine "
-        f"{engine} ({time.perf_counter() - t:.0f}s)")
-    for line in rows:
+    say("scripts", f"{len(rows) - len(failed)} of {len(rows)} short runs ended and reload, "
+        f"engines {engines} ({time.perf_counter() - t:.0f}s)")
+    for line in proc.stdout.splitlines():
         say("", line)
+    if proc.returncode:
+        say("", proc.stderr.strip()[-2000:])
     return 1 if failed or proc.returncode else 0
 
 

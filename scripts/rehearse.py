@@ -9,6 +9,12 @@ that the path runs, syncs, evaluates and checkpoints, not that anything learns.
 
     python scripts/rehearse.py                       # both engines, into runs/rehearse-*
     python scripts/rehearse.py --engines hf --scripts sft,rloo
+    python scripts/rehearse.py --engines kv,hf --from-sft 600   # every loss runs (a GPU's check)
+
+The stand-in has random weights and earns no reward, so an RL script's loss may never run on it.
+--from-sft N first trains the tiny model N sft.py steps and runs the RL scripts from that model,
+with budgets in which its rewards differ within a group; `losses` then says whether a non-zero
+loss was logged.
 """
 import argparse
 import json
@@ -37,6 +43,12 @@ BUDGETS = {  # a step or two each: enough to sample, sync, train, evaluate and s
 }
 
 
+# with --from-sft: 64 new tokens (the tiny model's answers are 30-40 characters), more samples
+FROM_SFT = {"rloo": ["--prompts", "16", "--k", "4"], "topr": ["--prompts", "16", "--n", "4"],
+            "agro": ["--prompts", "16", "--n", "4", "--offline-prompts", "16"],
+            "spo": ["--train-prompts", "16", "--samples-per-prompt", "4", "--batch-size", "32"]}
+
+
 def pairs_file(path: str) -> str:
     """sft.py --data rows: the problem's fields, its prompt as the report wrote it, a completion."""
     from tasks import countdown
@@ -57,6 +69,7 @@ def final_metrics(run_dir: str) -> tuple[dict, float | None]:
     evals = [r for r in rows if any("accuracy" in k for k in r)]
     last = {k: v for k, v in (evals[-1] if evals else {}).items() if k.endswith("accuracy")}
     gaps = [r["logprob_gap"] for r in rows if "logprob_gap" in r]
+    last["losses"] = any(r.get("loss") for r in rows)  # a non-zero loss was logged
     return last, max(gaps) if gaps else None
 
 
@@ -80,6 +93,8 @@ def main():
     stamp = time.strftime("%Y%m%d-%H%M%S")
     p.add_argument("--out", default=os.path.join("runs", f"rehearse-{stamp}"))
     p.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
+    p.add_argument("--from-sft", type=int, default=0, metavar="N",
+                   help="RL scripts from the tiny model after N sft.py steps, not the stand-in")
     args = p.parse_args()
     unknown = set(args.scripts.split(",")) - set(BUDGETS)
     if unknown:
@@ -89,13 +104,24 @@ def main():
     model = build_standin(os.path.join(args.out, "standin"))
     data = pairs_file(os.path.join(args.out, "pairs.jsonl"))
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
+    sft_model = None
+    if args.from_sft:
+        sft_dir = os.path.join(args.out, "sft-tiny")
+        subprocess.run([sys.executable, os.path.join(ROOT, "sft.py"), "--model", "tiny", "--steps",
+                        str(args.from_sft), "--out", sft_dir, "--eval-size", "50", "--eval-k", "0",
+                        "--sizes", "3"], cwd=ROOT, env=env, check=True, capture_output=True)
+        sft_model = os.path.join(sft_dir, "final")
+        print(f"sft-tiny: {args.from_sft} steps, {json.dumps(final_metrics(sft_dir)[0])}")
     table = []
     for engine in args.engines.split(","):
         for name in args.scripts.split(","):
             script = name.split()[0] + ".py"
             run_dir = os.path.join(args.out, f"{name.replace(' --', '-')}-{engine}")
-            argv = [sys.executable, os.path.join(ROOT, script), "--model", model,
-                    "--engine", engine, "--out", run_dir, *BUDGETS[name], *EVAL]
+            rl = sft_model and name in FROM_SFT
+            argv = [sys.executable, os.path.join(ROOT, script), "--model",
+                    sft_model if rl else model, "--engine", engine, "--out", run_dir,
+                    *BUDGETS[name], *EVAL]
+            argv += FROM_SFT[name] + ["--max-new-tokens", "64"] if rl else []
             argv += ["--data", data] if "--data" in name else []
             start = time.time()
             try:

@@ -81,17 +81,26 @@ def make_bpe_tokenizer(vocab_size: int = 512):
                                    model_max_length=512)
 
 
-def build_standin(path: str, seed: int = 0, hidden_size: int = 128, num_layers: int = 4) -> str:
-    """Build the stand-in with random weights and save it as a hub-shaped folder at `path`."""
+# Qwen2.5-0.5B's shape, for memory and speed on a GPU: build_standin(path, **QWEN_05B)
+QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_layers=24, heads=14,
+                vocab_size=151936, max_positions=4096)
+
+
+def build_standin(path: str, seed: int = 0, hidden_size: int = 128, num_layers: int = 4,
+                  intermediate_size: int | None = None, heads: int = 4,
+                  vocab_size: int | None = None, max_positions: int = 512) -> str:
+    """Build the stand-in with random weights and save it as a hub-shaped folder at `path`
+    (vocab_size: the tokenizer's, else larger: ids past the tokenizer decode to nothing)."""
     import json
 
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
     tokenizer = make_bpe_tokenizer()
     im_end, eot = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size,
-                         intermediate_size=4 * hidden_size, num_hidden_layers=num_layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    config = Qwen2Config(vocab_size=vocab_size or len(tokenizer), hidden_size=hidden_size,
+                         intermediate_size=intermediate_size or 4 * hidden_size,
+                         num_hidden_layers=num_layers, num_attention_heads=heads,
+                         num_key_value_heads=2, max_position_embeddings=max_positions,
                          rope_parameters={"rope_type": "default", "rope_theta": 1e6},
                          tie_word_embeddings=True, bos_token_id=eot, eos_token_id=im_end,
                          pad_token_id=None)
