@@ -407,13 +407,13 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     ids, attn, pos, mask, P = pad_batch(prompts, completions, pad_id)
     ids, attn, pos, mask = ids.to(device), attn.to(device), pos.to(device), mask.to(device)
     C = mask.shape[1]
-    chunked = not full and getattr(model.config, "model_type", None) in PLAIN_HEAD
+    chunked = not full and getattr(getattr(model, "config", None), "model_type", None) in PLAIN_HEAD
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         if chunked:  # hidden states at P-1 .. P+C-2 score the completion tokens
             hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos,
                                          use_cache=False).last_hidden_state[:, P - 1:-1]  # [B,C,H]
         else:  # only the last C+1 positions' logits
-            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False,
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
                            logits_to_keep=C + 1).logits[:, :-1]  # [B, C, V]
     if chunked:
         tokens = mask.bool()  # padding is not scored

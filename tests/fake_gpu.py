@@ -1,4 +1,4 @@
-"""A second device on a CPU-only machine, for tests/test_devices.py: "gpu", a CPU tensor in disguise.
+"""A second device on a CPU-only machine for tests/test_devices.py: "gpu", a CPU tensor in disguise.
 
 `with fake_gpu.on():` a tensor moved or made on torch.device("gpu") (`.to(device)`, `device=`)
 computes on the CPU but reports device gpu:0, and an op that mixes it with a real CPU tensor

@@ -167,7 +167,8 @@ def test_rloo_step_on_a_hand_checked_case():
         torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])).repeat(4, 1)).requires_grad_(False)
     samples = [common.Sample([2], [1], "", [-2 * l], True),
                common.Sample([2], [0, 0], "", [-2 * l] * 2, True)]
-    args = SimpleNamespace(k=2, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1.0,
+    args = SimpleNamespace(
+        bf16=False, k=2, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1.0,
                            warmup=0, steps=1, lr_schedule="constant")
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     m = rloo.rloo_step(model, ref, optimizer, [rloo.Group({}, samples, [1.0, 0.0])], args, 3,
@@ -190,7 +191,8 @@ def test_rloo_step_passes_over_groups_without_signal_yet_takes_the_whole_batchs_
              common.Sample([3], [3, 1], "", [-2 * math.log(2)] * 2, True)]
         return [rloo.Group({}, a, [1.0, 0.0]), rloo.Group({}, b, [1.0, 1.0])]
 
-    args = SimpleNamespace(k=2, beta=0.0, loss_norm="seq", micro_batch=1, clip=1e9, lr=1.0,
+    args = SimpleNamespace(
+        bf16=False, k=2, beta=0.0, loss_norm="seq", micro_batch=1, clip=1e9, lr=1.0,
                            warmup=0, steps=1, lr_schedule="constant")
     model = _Bigram(torch.randn(4, 4, generator=torch.Generator().manual_seed(0)))
     expected = _Bigram(model.table.detach().clone())
@@ -291,7 +293,8 @@ def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, t
     flat = [s for g in groups for s in g.samples]
     h_before = (_sequence_logprobs(policy, flat, tok.pad_token_id)
                 - _sequence_logprobs(ref, flat, tok.pad_token_id))
-    args = SimpleNamespace(k=4, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1e-3,
+    args = SimpleNamespace(
+        bf16=False, k=4, beta=0.5, loss_norm="seq", micro_batch=16, clip=1e9, lr=1e-3,
                            warmup=0, steps=1, lr_schedule="constant")
     m = rloo.rloo_step(policy, ref, torch.optim.SGD(policy.parameters(), lr=1e-3), groups, args,
                        tok.pad_token_id, step=0)

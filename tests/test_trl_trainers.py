@@ -277,7 +277,8 @@ def test_topr_offline_trainer_loss_and_gradient_equal_topr_step(weak_sft, tmp_pa
     script_rows = topr.read_rows(path, countdown, tok, "compact")  # as topr.py reads them
 
     def script_step(r, loss_norm):  # topr.py's optimizer step, one micro-batch
-        args = SimpleNamespace(loss="topr", c=-0.8, split=0.0, loss_norm=loss_norm, micro_batch=12,
+        args = SimpleNamespace(
+            bf16=False, loss="topr", c=-0.8, split=0.0, loss_norm=loss_norm, micro_batch=12,
                                clip=1e9)
         model = _float64(weak_sft)
         return _script_gradient(model, lambda opt: topr.topr_step(
@@ -329,7 +330,8 @@ def test_agro_offline_trainer_loss_and_gradient_equal_agro_step(weak_sft, tiny_p
                                  "compact")
 
     def script_step(beta, loss_norm, sign=1):  # agro.py's optimizer step, micro-batches of 3
-        args = SimpleNamespace(loss="agro", n=n, micro_batch=3, loss_norm=loss_norm, beta=beta,
+        args = SimpleNamespace(
+            bf16=False, loss="agro", n=n, micro_batch=3, loss_norm=loss_norm, beta=beta,
                                lambda_lr=1.0, lr_baseline="var", clip=1e9, lr=0.0, warmup=0)
         batch = [g._replace(rewards=[sign * r for r in g.rewards]) for g in groups]
         model = _float64(weak_sft)
