@@ -2,11 +2,11 @@
 
 Only what every script needs and nothing algorithm-specific:
 
-  1. the shared run flags; bad input -> one line, exit 2 (add_run_flags, int_list, UsageError)
-  2. seeding and CPU threads                               (setup)
+  1. the shared run flags; bad input -> one line, exit 2 (add_run_flags, add_memory_flags, ...)
+  2. seeding, CPU threads, TF32 on a GPU                  (setup)
   3. models: the built-in `tiny` model, any HF model       (build_tiny_model, load_model)
   4. prompts through the task and the chat template        (encode_prompts)
-  5. log-probs of given completions                        (completion_logprobs)
+  5. log-probs of given completions, in fp32 chunks        (completion_logprobs, token_logprobs)
   6. generation engines: ours, HF generate, vLLM          (KVEngine, HFEngine, VLLMEngine)
   7. problems, a run's inputs, evaluation                 (task_problems, load_inputs, evaluate)
   8. run folders, JSONL metrics, atomic checkpoints        (Run, save_state, restore, finish)
@@ -15,7 +15,8 @@ Only what every script needs and nothing algorithm-specific:
 Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never
 from `ids != pad_id` (Qwen's pad id equals one of its EOS ids); the EOS token, when emitted, is part
 of the completion; a completion ends at any of the model's EOS ids (Qwen has two); log-probs are
-computed in fp32 with `position_ids = cumsum(attention_mask) - 1`, the same positions the samplers
+computed in fp32 (with --bf16, the transformer under bf16 autocast, the output layer in fp32) with
+`position_ids = cumsum(attention_mask) - 1`, the same positions the samplers
 use, so that sampler and trainer agree; both engines sample from a SamplingConfig alone, never from
 the sampling defaults a checkpoint ships in its generation_config.json.
 """

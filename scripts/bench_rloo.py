@@ -93,6 +93,7 @@ def one_setting(args) -> dict:
 
 def one_trl(args) -> dict:
     """TRL's RLOOTrainer at rloo.py's default batch shape and lr; figures as one_setting's."""
+    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
@@ -117,7 +118,8 @@ def one_trl(args) -> dict:
         per_device_train_batch_size=rargs.prompts * rargs.k, num_generations=rargs.k,
         max_completion_length=rargs.max_new_tokens, temperature=1.0, learning_rate=rargs.lr,
         warmup_steps=rargs.warmup, lr_scheduler_type="constant_with_warmup", max_grad_norm=1.0,
-        weight_decay=0.0, beta=0.0, seed=rargs.seed, use_cpu=True, report_to=[],
+        weight_decay=0.0, beta=0.0, seed=rargs.seed, report_to=[],
+        use_cpu=not torch.cuda.is_available(),  # on the GPU where there is one, as rloo.py
         logging_steps=1, save_strategy="no", disable_dropout=True)
     trainer = RLOOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                           reward_funcs=trl_trainers.task_reward(task, task.REWARD_VARIANTS[0]),

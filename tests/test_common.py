@@ -396,3 +396,59 @@ def test_snapshots_hold_the_weights_at_their_minute_and_the_final_ones_after_the
     assert got == {"1min": (2, 2.0), "2min": (4, 4.0), "5min": (5, 4.0)}
     with pytest.raises(ValueError):
         common.minutes_list("1,0")
+
+
+def _full_vocabulary_logprobs(model, prompts, completions, pad_id, temperature):
+    """The unchunked reference: log_softmax over the whole [B, C, V] logits, then the token's."""
+    ids, attn, pos, mask, P = common.pad_batch(prompts, completions, pad_id)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, P - 1:-1]
+    logp = torch.log_softmax(logits.float() / temperature, -1)
+    return logp.gather(-1, ids[:, P:, None]).squeeze(-1) * mask
+
+
+@pytest.mark.parametrize("chunk_bytes", [2**28, 4 * 128 * 3])  # one chunk; 3 rows a chunk
+def test_chunked_output_layer_gives_the_full_log_softmax_and_its_gradient(tiny, chunk_bytes,
+                                                                          monkeypatch):
+    """completion_logprobs runs the output layer on chunks of completion tokens, recomputed in
+    backward: the values and the gradient equal the [B, C, V] log-softmax's, temperature included
+    (a chunk scored without the temperature, or a token misaligned by one, fails here)."""
+    model, tok = tiny
+    defaults = common.token_logprobs.__defaults__
+    monkeypatch.setattr(common.token_logprobs, "__defaults__", (defaults[0], chunk_bytes))
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    completions = [[11, 12, 13, 14, 15], [16, 17]]
+    model.train()
+    for temperature in (1.0, 0.7):
+        lp, mask = common.completion_logprobs(model, prompts, completions, tok.pad_token_id,
+                                              temperature=temperature)
+        (lp.sum() * 0.5).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        ref = _full_vocabulary_logprobs(model, prompts, completions, tok.pad_token_id, temperature)
+        (ref.sum() * 0.5).backward()
+        assert torch.allclose(lp, ref, atol=1e-5)
+        assert lp[1, 2:].abs().sum() == 0  # padding scores 0
+        for g, p in zip(grads, model.parameters()):
+            assert torch.allclose(g, p.grad, atol=1e-5)
+        model.zero_grad()
+
+
+def test_bf16_and_gradient_checkpointing_flags_keep_the_log_probs(tiny):
+    """--bf16: the transformer under bf16 autocast, log-probs still fp32 and within bf16's rounding
+    of the fp32 ones; --grad-checkpoint: the same values and gradients, recomputed in backward."""
+    model, tok = tiny
+    prompts, completions = [[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [16, 17]]
+    model.train()
+    lp, _ = common.completion_logprobs(model, prompts, completions, tok.pad_token_id)
+    lp.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    half, _ = common.completion_logprobs(model, prompts, completions, tok.pad_token_id, bf16=True)
+    assert half.dtype == torch.float32
+    assert 0 < (half - lp).abs().max() < 0.1
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    again, _ = common.completion_logprobs(model, prompts, completions, tok.pad_token_id)
+    again.sum().backward()
+    assert torch.allclose(again, lp, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        assert torch.allclose(g, p.grad, atol=1e-6)
