@@ -350,7 +350,7 @@ def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
 
 
 def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool,
-                         bf16: bool):
+                         bf16: bool = False):
     """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
     per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
     out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl, bf16=bf16)

@@ -412,16 +412,16 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         if chunked:  # hidden states at P-1 .. P+C-2 score the completion tokens
             hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos,
-                                         use_cache=False).last_hidden_state[:, P - 1:-1]  # [B,C,H]
+                                         use_cache=False).last_hidden_state[:, P - 1:]  # [B,C+1,H]
         else:  # only the last C+1 positions' logits
             logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
                            logits_to_keep=C + 1).logits[:, :-1]  # [B, C, V]
-    if chunked:
-        tokens = mask.bool()  # padding is not scored
-        logp = torch.zeros(mask.shape, device=device)
-        logp[tokens] = token_logprobs(model.get_output_embeddings(), hidden[tokens],
-                                      ids[:, P:][tokens], temperature)
-        return logp, mask
+    if chunked:  # the last position scores nothing (its target, pad, is dropped): it is kept
+        # so that the output layer sees the rows that `logits_to_keep=C + 1` gives it, bit for bit
+        targets = torch.nn.functional.pad(ids[:, P:], (0, 1), value=pad_id)  # [B, C+1]
+        logp = token_logprobs(model.get_output_embeddings(), hidden.flatten(0, 1),
+                              targets.flatten(), temperature).view(targets.shape)[:, :-1]
+        return logp * mask, mask
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [B, C, V]
     logp = logp_all.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)  # [B, C]
     return (logp * mask, mask, logp_all) if full else (logp * mask, mask)
