@@ -246,7 +246,7 @@ def test_run_folder_refuses_to_overwrite(tmp_path):
 
 
 def test_auto_engine_picks_by_device(tiny, monkeypatch):
-    """auto: vLLM on a GPU when it is installed, else HF generate there (2.5x our loop's tokens/s
+    """auto: vLLM on a GPU when it is installed, else HF generate there (2.6x our loop's tokens/s
     on an H200); on a CPU our KV loop for the model types it is tested with, HF generate for the
     others; no measurement, no cache."""
     model, tok = tiny
