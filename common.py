@@ -156,7 +156,8 @@ def add_memory_flags(p) -> None:
     """--bf16 and --grad-checkpoint: what lets a step of a 0.5B model fit a 24 GB GPU."""
     p.add_argument("--bf16", action="store_true",
                    help="the trainer's forward and backward under bf16 autocast (weights, AdamW "
-                        "state and the log-softmax stay fp32): half the activation memory")
+                        "state and the log-softmax stay fp32): half the activation memory on a "
+                        "GPU; a CPU without bf16 units runs it several times slower")
     p.add_argument("--grad-checkpoint", action="store_true",
                    help="recompute each layer's activations in backward: far less memory for "
                         "about a third more trainer time")
