@@ -199,8 +199,9 @@ def klpg_loss(logprobs, mask, rewards, kl, beta: float, norm: str = "seq", h=Non
 
 
 def consistency_loss(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """Sample form of the consistency loss 1/2 Var[r_pi] (Eq. 3): mean over prompts of
-    1/2 s^2(r - beta h), ddof 1, with the gradient flowing through h. rewards, h: [B, n]. Its
+    """Sample form of the consistency loss 1/2 Var_nu[r_pi] (§3.1, the squared loss that enforces
+    Eq. 3's consistency of r_pi* across generations): mean over prompts of 1/2 s^2(r - beta h),
+    ddof 1, with the gradient flowing through h. rewards, h: [B, n]. Its
     gradient is -beta x the off-policy AGRO estimate (docs/DERIVATIONS.md)."""
     return 0.5 * (rewards - beta * h).var(-1, unbiased=True).mean()
 

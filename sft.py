@@ -5,8 +5,9 @@
     L_SFT = -(1/N) sum_i log P(y_i | x_i)                                       ([CR] Eq. 1)
 
 the negative log-likelihood of the completion tokens only (prompt and padding are masked out), with
-the EOS token appended to every completion so that the model learns to stop. AdamW, linear warm-up
-then cosine decay, gradient clipping at 1.0 and gradient accumulation, as in [CR] §4.4.
+the EOS token appended to every completion so that the model learns to stop (a completion cut at
+--max-len loses it). Warm-up then cosine decay, gradient clipping at 1.0 and gradient accumulation
+as in [CR] §4.4; the optimizer, AdamW, is ours ([CR] names none).
 
 Data: the task solver's demonstrations (Countdown: "<answer>(45-12)+3</answer>", with
 --demo-steps "45-12=33,33+3=36 <answer>(45-12)+3</answer>"), or --data, a JSONL file or hub

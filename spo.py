@@ -20,7 +20,8 @@ temperature 1 (§3.1.3).
 
 beta is the paper's 1/ln 1e5: Q0_hat then sits near an easy prompt's best reward and the first
 updates mostly push sampled failures down; a larger beta makes the first update a centred REINFORCE
-step (docs/DERIVATIONS.md) but regularises more. The paper's settings (800 samples want a GPU):
+step (tests/test_spo.py, test_large_beta_makes_the_squared_loss_a_centred_reinforce_update) but
+regularises more. The paper's settings (800 samples want a GPU):
       python spo.py --temperature 0.1,0.8 --top-p 0.95 --model-update-interval 10 --q0-samples 800
       python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline-sft.jsonl
       python spo.py ... --offline-data runs/spo-offline-sft.jsonl --online-fraction 0.5

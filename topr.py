@@ -2,7 +2,8 @@
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
        learning for LLMs", 2025, arXiv:2503.14286 (§2-§4, Algorithm 1).
-[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning" (§3.3 rewards, §3.6 Eq. 4).
+[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning" (§3.3 rewards, §3.6
+       Eq. 4).
 
 Each stored sample is (x, y, R, LP_mu), with LP_mu the sequence log-prob of the distribution that
 actually sampled y. Canonical TOPR ([TOPR] Eq. 8, `topr_loss`), per minibatch of N samples:
@@ -22,9 +23,11 @@ script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several
 docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
 
 Rewards and split: with [TOPR]'s +1/-1 reward (`--reward pm1`) T- is R - c < 0 and c defaults to
--0.8 (the most accurate p~ tried, scripts/topr_experiments.py); the task's rewards (`--reward
-original|A|B|A+B`) lie in [0, 1], so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT term, every
-R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).
+-0.8 (scripts/topr_experiments.py; -0.9 ended level with it, docs/RESULTS-topr-report.md); the
+task's rewards (`--reward original|A|B|A+B`) are at most 1, and 1 only for a correct answer (B gives
+-0.1 and -0.2, A subtracts a length penalty), so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT
+term, every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1
+(docs/PAPERS.md).
 
 Algorithm 1, as run here, in main(): for each iteration, 1. sample --n completions of --prompts
 prompts from mu = pi_{it-1} (the SFT model first, [TOPR] §4.3) into RUN/data-IT.jsonl (`--data`
@@ -150,7 +153,8 @@ def p_tilde_pm1(p: float, c: float) -> float:
 
 def default_baseline(reward: str) -> tuple[float, float]:
     """(c, split) when not given: [TOPR]'s sign split with c = -0.8 for pm1; [CR] Eq. 4 (c = 0,
-    split 1) for the task's rewards in [0, 1], where c = -0.8, split 0 would leave no negative."""
+    split 1) for the task's rewards, at most 1 and 1 only when correct, where c = -0.8, split 0
+    would leave few negatives or none."""
     return (-0.8, 0.0) if reward == PM1 else (0.0, 1.0)
 
 
@@ -184,8 +188,8 @@ def parse_args(argv=None):
                    help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
                         "(A for the first half of all epochs, then B)")
     p.add_argument("--c", type=common.finite_float, default=None,
-                   help="baseline, trained on R - c (Eqs. 9-10): -0.8 with pm1 (the largest p~ "
-                        "tried, the most accurate), 0 with the task's rewards ([CR] Eq. 4)")
+                   help="baseline, trained on R - c (Eqs. 9-10): -0.8 with pm1 (-0.9 ended level "
+                        "with it), 0 with the task's rewards ([CR] Eq. 4)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
                    help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
@@ -267,7 +271,8 @@ def reward_of(task, problem: dict, text: str, variant: str) -> float:
 
 def variant_at(reward: str, epoch: int, total_epochs: int) -> str:
     """The reward variant of global epoch `epoch` (0-based, over all iterations). "A+B": the first
-    half of all epochs with A, the rest with B ([CR] §5.1: "Reward B TOPR after using Reward A")."""
+    half of all epochs with A, the rest with B ([CR] §5.1: "Reward B TOPR after using Reward
+    A")."""
     if reward == "A+B":
         return "A" if epoch < max(1, total_epochs // 2) else "B"
     return reward
