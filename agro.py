@@ -338,13 +338,15 @@ def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
         if args.offline_data and n_online == args.prompts:
             raise ValueError("--offline-data is unused when every group is on-policy")
         pool, held_out = common.task_problems(task, args)
+        # read and checked before a model is loaded, or sft.py run to make one
+        path, rows = args.offline_data or os.path.join(args.resume or "", REFERENCE_SAMPLES), None
+        if n_online < args.prompts and (args.offline_data or args.resume and os.path.exists(path)):
+            rows = read_offline(path, task, args.n)
         # no checkpoint: killed before its first one (the reference samples may be on disk)
         inputs = common.load_inputs("agro", args, task, pool, held_out,
                                     ("optimizer", "rng", "step"), required=False)
-        path, offline = args.offline_data or os.path.join(args.out, REFERENCE_SAMPLES), None
-        if n_online < args.prompts and (args.offline_data or args.resume and os.path.exists(path)):
-            offline = offline_groups(read_offline(path, task, args.n), task, args.reward,
-                                     inputs.tokenizer, inputs.style)
+        offline = None if rows is None else offline_groups(rows, task, args.reward,
+                                                           inputs.tokenizer, inputs.style)
         return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))

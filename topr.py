@@ -242,6 +242,8 @@ def load_inputs(args, parser) -> tuple[common.Inputs, dict, common.Run]:
             raise ValueError("--reward A+B needs the task's variants A and B")
         if args.top_p == 0:
             raise ValueError("--top-p must be in (0, 1], got 0")
+        if args.data:  # checked before a model is loaded, or sft.py run to make one
+            read_rows(args.data, task)
         pool, held_out = common.task_problems(task, args)
         inputs = common.load_inputs("topr", args, task, pool, held_out,
                                     Position._fields + ("optimizer", "rng"), ref=False)
@@ -300,11 +302,11 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
     return rows
 
 
-def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
+def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list[dict]:
     """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids` and
     `completion_ids` are used when present (else the prompt is rebuilt and the text tokenized, EOS
     appended unless `finished` is false); a missing `lp_mu` is filled by fill_lp_mu. UsageError
-    naming the file and line if anything is wrong."""
+    naming the file and line if anything is wrong. Without a tokenizer: checked, not tokenized."""
     rows = []
     for i, r in enumerate(common.read_jsonl(path, "--data file"), 1):
         if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
@@ -323,13 +325,15 @@ def read_rows(path: str, task, tokenizer, style: str) -> list[dict]:
                 raise common.UsageError(f"{path}:{i}: {key} must be a list of token ids")
         r["grade"] = task.grade(r["problem"], r["completion"])
         r.setdefault("prompt_index", task.problem_key(r["problem"]))
+        rows.append(r)
+        if tokenizer is None:
+            continue
         if "prompt_ids" not in r:
             r["prompt_ids"] = common.encode_prompts(task, [r["problem"]], tokenizer, style)[0]
         if "completion_ids" not in r:
             eos = [tokenizer.eos_token_id] if r.get("finished", True) else []
             ids = tokenizer(r["completion"], add_special_tokens=False)["input_ids"]
             r["completion_ids"] = ids + eos
-        rows.append(r)
     if not rows:
         raise common.UsageError(f"--data {path} holds no samples")
     return rows

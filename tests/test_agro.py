@@ -823,3 +823,17 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, we
     assert len(_rows(out)) < len(expected) if metrics.exists() else True  # it did stop early
     resumed = agro.main(["--resume", str(out)])
     assert _metrics(resumed) == expected
+
+
+def test_a_bad_offline_file_is_refused_before_any_model_is_loaded_or_trained(tmp_path,
+                                                                            monkeypatch, capsys):
+    """On a clone with no sft.py run, --model defaults to training one first (minutes): an empty
+    --offline-data file is found before that, in one line with exit status 2."""
+    monkeypatch.chdir(tmp_path)  # no runs/ here
+    monkeypatch.setattr(common, "latest_sft_model",
+                        lambda *a, **k: pytest.fail("a model was resolved before the data"))
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(SystemExit) as e:
+        agro.main(["--offline-data", str(tmp_path / "empty.jsonl"), "--train-size", "10"])
+    assert e.value.code == 2
+    assert "empty.jsonl: no offline groups in it" in capsys.readouterr().err
