@@ -156,11 +156,11 @@ def add_memory_flags(p) -> None:
     """--bf16 and --grad-checkpoint: what lets a step of a 0.5B model fit a 24 GB GPU."""
     p.add_argument("--bf16", action="store_true",
                    help="the trainer's forward and backward under bf16 autocast (weights, AdamW "
-                        "state and the log-softmax stay fp32): half the activation memory on a "
-                        "GPU; a CPU without bf16 units runs it several times slower")
+                        "state and the log-softmax stay fp32): about half a GPU step's peak "
+                        "memory; a CPU without bf16 units runs it several times slower")
     p.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer's activations in backward: far less memory for "
-                        "about a third more trainer time")
+                   help="recompute each layer's activations in backward: far less memory, one "
+                        "more forward pass of compute")
 
 
 # ---- 2. Seeding and threads ----------------------------------------------------------------------
@@ -177,7 +177,7 @@ def setup(seed: int, threads: int | None = None) -> None:
     threads = threads or int(os.environ.get("TORCH_THREADS", 0)) or len(os.sched_getaffinity(0))
     _set_num_threads(threads)
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
-    # TF32 matmuls on a GPU (fp32 range, 10-bit mantissa): several times faster where fp32 stays
+    # TF32 matmuls on a GPU where fp32 stays: fp32's range, a 10-bit mantissa
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 
@@ -315,12 +315,14 @@ def latest_sft_model(task: str | None, runs: str = "runs", train_first: bool = F
     return latest_sft_model(task, runs)
 
 
-def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
+def load_model(path: str, dtype: str = "float32", device: str = "cpu",
+               grad_checkpoint: bool = False):
     """Load (model, tokenizer) from a folder or hub id given by resolve_model_path.
 
     The model comes back in eval() mode with dropout off, so that every importance ratio is exactly
     1 at initialisation; training code calls model.train() itself. `dtype` is explicit: a hub
-    checkpoint saved in bf16 is loaded in fp32 unless asked otherwise.
+    checkpoint saved in bf16 is loaded in fp32 unless asked otherwise. grad_checkpoint
+    (--grad-checkpoint): each layer's activations recomputed in backward.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -335,6 +337,8 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu"):
     for module in model.modules():  # dropout off: ratios of 1 at the start
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
+    if grad_checkpoint:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model.to(device).eval(), tokenizer
 
 
@@ -992,9 +996,8 @@ def load_inputs(script: str, args, task, pool: list[dict], held_out: dict, needs
     ckpt, state = resume_checkpoint(args, needs, required)
     args.model_path = resolve_model_path(args.model, task=args.task)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model(ckpt or args.model_path, device=device)
-    if args.grad_checkpoint:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model, tokenizer = load_model(ckpt or args.model_path, device=device,
+                                  grad_checkpoint=args.grad_checkpoint)
     ref_model = load_model(args.model_path, device=device)[0].requires_grad_(False) if ref else None
     style = prompt_style(model, tokenizer)
     eval_sets = {n: (ps, encode_prompts(task, ps, tokenizer, style)) for n, ps in held_out.items()}

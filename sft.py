@@ -235,10 +235,8 @@ def load_inputs(args, parser, device: str) -> Inputs:
                          for n in args.eval_sizes or task.SIZES}
         run = common.Run(args.out, vars(args), resume=bool(args.resume))
         model_path = ckpt or common.resolve_model_path(args.model, run.dir)
-        model, tokenizer = common.load_model(model_path, device=device)
-        if args.grad_checkpoint:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+        model, tokenizer = common.load_model(model_path, device=device,
+                                             grad_checkpoint=args.grad_checkpoint)
         style = common.prompt_style(model, tokenizer)
         train = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(train):

@@ -24,6 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 METHODS = ("full", "chunked", "chunked+bf16")
 
@@ -53,10 +54,12 @@ def measure(method: str, args) -> dict:
     import common
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
-                         num_hidden_layers=args.layers, num_attention_heads=14,
+    from hub_standin import QWEN_05B
+    config = Qwen2Config(vocab_size=QWEN_05B["vocab_size"], hidden_size=QWEN_05B["hidden_size"],
+                         intermediate_size=QWEN_05B["intermediate_size"],
+                         num_hidden_layers=args.layers, num_attention_heads=QWEN_05B["heads"],
                          num_key_value_heads=2, tie_word_embeddings=True,
-                         max_position_embeddings=4096)
+                         max_position_embeddings=QWEN_05B["max_positions"])
     model = Qwen2ForCausalLM(config).float().train()
     prompts = [list(range(100, 164))] * args.completions
     completions = [torch.randint(200, 150000, (args.tokens,)).tolist()

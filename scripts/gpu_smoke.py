@@ -111,7 +111,8 @@ def rloo_step_peak(model, ref, tok, args, flags: list[str]) -> tuple[int | None,
     model.gradient_checkpointing_disable()
     optimizer.zero_grad(set_to_none=True)
     del optimizer
-    torch.cuda.empty_cache() if cuda else None
+    if cuda:
+        torch.cuda.empty_cache()
     return peak, seconds
 
 

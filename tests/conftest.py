@@ -21,6 +21,17 @@ def tiny_path(tmp_path_factory):
 
 
 @pytest.fixture
+def no_sft_run(tmp_path, monkeypatch):
+    """A working folder with no runs/ (a fresh clone): resolving the default --model there, which
+    would train sft.py first (minutes), fails the test instead."""
+    monkeypatch.chdir(tmp_path)
+    def fail(*args, **kwargs):
+        pytest.fail("a model was resolved before the data was read")
+    monkeypatch.setattr(common, "latest_sft_model", fail)
+    return tmp_path
+
+
+@pytest.fixture
 def tiny(tiny_path):
     common.setup(0)
     return common.load_model(tiny_path)

@@ -55,20 +55,15 @@ class _Backend:
         pass
 
 
-_registered = False
-
-
 def _register() -> None:
-    global _registered, _library
-    if not _registered:
-        registration._setup_privateuseone_for_python_backend(NAME, backend_module=_Backend())
-        # tensors that C++ makes on the device directly (torch.tensor(data, device=...), a list
-        # index): an empty GPUTensor, which the caller then fills by copy_
-        _library = torch.library.Library("aten", "IMPL")
-        _library.impl("empty_strided", _empty_strided, "PrivateUse1")
-        _library.impl("empty.memory_format", _empty, "PrivateUse1")
-        _library.impl("_copy_from", _copy_from, "PrivateUse1")
-        _registered = True
+    """The "gpu" device; tensors that C++ makes on it directly (torch.tensor(data, device=...), a
+    list index) start as an empty GPUTensor, which the caller fills by copy_."""
+    global _library
+    registration._setup_privateuseone_for_python_backend(NAME, backend_module=_Backend())
+    _library = torch.library.Library("aten", "IMPL")
+    _library.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _library.impl("empty.memory_format", _empty, "PrivateUse1")
+    _library.impl("_copy_from", _copy_from, "PrivateUse1")
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
@@ -82,9 +77,6 @@ def _copy_from(src, dst, non_blocking=False):
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return GPUTensor(torch.empty(size, dtype=dtype, memory_format=memory_format))
-
-
-DEVICE = None  # torch.device("gpu", 0), once registered
 
 
 class GPUTensor(torch.Tensor):
@@ -150,18 +142,12 @@ class _Mode(TorchDispatchMode):
         return tree_map(wrap, out)
 
 
-class _Constructors(TorchFunctionMode):
-    """torch.tensor(data, device=gpu) builds the tensor below the dispatcher's Python modes: made on
-    the CPU here, then moved. And .tolist(), which refuses tensor subclasses."""
+class _ToList(TorchFunctionMode):
+    """.tolist() refuses tensor subclasses: a copy to the host, as CUDA makes."""
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if func in (torch.tensor, torch.as_tensor, torch.asarray) and \
-                _device_kwarg(kwargs) == NAME:
-            kwargs["device"] = "cpu"
-            return func(*args, **kwargs).to(DEVICE)
-        if func is torch.Tensor.tolist:  # as CUDA does: a copy to the host
+        if func is torch.Tensor.tolist:
             return _unwrap(args[0]).tolist()
-        return func(*args, **kwargs)
+        return func(*args, **(kwargs or {}))
 
 
 def _unwrap(t):
@@ -171,14 +157,13 @@ def _unwrap(t):
 # At import, before any backward pass of the process: the autograd engine counts each device's
 # queues once, at its first backward.
 _register()
+DEVICE = torch.device(NAME, 0)
 
 
 @contextlib.contextmanager
 def on():
     """Within: torch.device("gpu") is a device; yields it."""
-    global DEVICE
-    DEVICE = torch.device(NAME, 0)
-    with _Constructors(), _Mode():
+    with _ToList(), _Mode():
         yield DEVICE
 
 

@@ -825,15 +825,11 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, we
     assert _metrics(resumed) == expected
 
 
-def test_a_bad_offline_file_is_refused_before_any_model_is_loaded_or_trained(tmp_path,
-                                                                            monkeypatch, capsys):
+def test_a_bad_offline_file_is_refused_before_any_model_is_loaded_or_trained(no_sft_run, capsys):
     """On a clone with no sft.py run, --model defaults to training one first (minutes): an empty
     --offline-data file is found before that, in one line with exit status 2."""
-    monkeypatch.chdir(tmp_path)  # no runs/ here
-    monkeypatch.setattr(common, "latest_sft_model",
-                        lambda *a, **k: pytest.fail("a model was resolved before the data"))
-    (tmp_path / "empty.jsonl").write_text("")
+    (no_sft_run / "empty.jsonl").write_text("")
     with pytest.raises(SystemExit) as e:
-        agro.main(["--offline-data", str(tmp_path / "empty.jsonl"), "--train-size", "10"])
+        agro.main(["--offline-data", str(no_sft_run / "empty.jsonl"), "--train-size", "10"])
     assert e.value.code == 2
     assert "empty.jsonl: no offline groups in it" in capsys.readouterr().err

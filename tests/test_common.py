@@ -433,7 +433,7 @@ def test_chunked_output_layer_gives_the_full_log_softmax_and_its_gradient(tiny, 
         model.zero_grad()
 
 
-def test_bf16_and_gradient_checkpointing_flags_keep_the_log_probs(tiny):
+def test_bf16_and_gradient_checkpointing_flags_keep_the_log_probs(tiny, tiny_path):
     """--bf16: the transformer under bf16 autocast, log-probs still fp32 and within bf16's rounding
     of the fp32 ones; --grad-checkpoint: the same values and gradients, recomputed in backward."""
     model, tok = tiny
@@ -446,9 +446,10 @@ def test_bf16_and_gradient_checkpointing_flags_keep_the_log_probs(tiny):
     half, _ = common.completion_logprobs(model, prompts, completions, tok.pad_token_id, bf16=True)
     assert half.dtype == torch.float32
     assert 0 < (half - lp).abs().max() < 0.1
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    again, _ = common.completion_logprobs(model, prompts, completions, tok.pad_token_id)
+    recomputed = common.load_model(tiny_path, grad_checkpoint=True)[0].train()
+    assert recomputed.is_gradient_checkpointing and not model.is_gradient_checkpointing
+    again, _ = common.completion_logprobs(recomputed, prompts, completions, tok.pad_token_id)
     again.sum().backward()
     assert torch.allclose(again, lp, atol=1e-6)
-    for g, p in zip(grads, model.parameters()):
+    for g, p in zip(grads, recomputed.parameters()):
         assert torch.allclose(g, p.grad, atol=1e-6)

@@ -715,15 +715,11 @@ def test_cli_fuzz_every_flag(flag, value, tiny_path, tmp_path, monkeypatch, caps
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_a_bad_data_file_is_refused_before_any_model_is_loaded_or_trained(tmp_path, monkeypatch,
-                                                                        capsys):
+def test_a_bad_data_file_is_refused_before_any_model_is_loaded_or_trained(no_sft_run, capsys):
     """On a clone with no sft.py run, --model defaults to training one first (minutes): a bad
     --data file is found before that, in one line with exit status 2."""
-    monkeypatch.chdir(tmp_path)  # no runs/ here
-    monkeypatch.setattr(common, "latest_sft_model",
-                        lambda *a, **k: pytest.fail("a model was resolved before --data was read"))
-    (tmp_path / "bad.jsonl").write_text('{"problem": {"nums": [1, 2], "target": 3}}\n')
+    (no_sft_run / "bad.jsonl").write_text('{"problem": {"nums": [1, 2], "target": 3}}\n')
     with pytest.raises(SystemExit) as e:
-        topr.main(["--data", str(tmp_path / "bad.jsonl"), "--train-size", "10"])
+        topr.main(["--data", str(no_sft_run / "bad.jsonl"), "--train-size", "10"])
     assert e.value.code == 2
     assert "bad.jsonl:1: needs a `problem` object and a `completion`" in capsys.readouterr().err
