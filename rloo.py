@@ -34,7 +34,11 @@ Run:  python sft.py --task countdown && python rloo.py --task countdown     (CPU
       python rloo.py --model runs/sft-.../final --engine vllm               (GPU)
 """
 import argparse
+import json
 import math
+import os
+import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -46,6 +50,7 @@ from tqdm import tqdm
 
 import common
 from tasks import get_task
+from tasks.scoring import score
 
 
 def parse_args(argv=None):
@@ -76,9 +81,44 @@ def parse_args(argv=None):
                         "every weight, so without it the first noisy batches move it furthest")
     p.add_argument("--lr-schedule", choices=["linear", "constant"], default="linear",
                    help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
-    common.add_run_flags(p, eval_every=50, save_every=50, micro_batch=8,
-                         micro_help="prompts (groups of k) per forward/backward pass: memory and "
-                         "speed, not maths (8 x 4 rows were the fastest on a CPU)")
+    p.add_argument("--micro-batch", type=common.positive_int, default=8,
+                   help="prompts (groups of k) per forward/backward pass: memory and speed, not "
+                        "maths (8 x 4 rows were the fastest on a CPU)")
+    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
+                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each layer's activations in backward: far less memory")
+    p.add_argument("--task", default="countdown", help="task module in tasks/")
+    p.add_argument("--model", default=None, help="start and reference model pi_ref: a folder, a "
+                   "hub id, or `sft` (the newest sft.py run of --task); default: that run, "
+                   "trained first with sft.py's defaults where there is none")
+    p.add_argument("--problems", type=common.problems_source, default=None,
+                   help="training problems from a JSONL file, `hub` or a hub dataset id")
+    p.add_argument("--train-size", type=common.positive_int, default=20000,
+                   help="training problems a size")
+    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
+                   "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
+    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
+                   help="completion budget in tokens, EOS included")
+    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    p.add_argument("--eval-sizes", type=common.int_list, default=None,
+                   help="held-out difficulty levels; default: the task's SIZES")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems a size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8,
+                   help="samples a held-out problem at temperature 1")
+    p.add_argument("--eval-every", type=common.positive_int, default=50,
+                   help="evaluate every N steps")
+    p.add_argument("--out", default=None, help="run folder (default runs/rloo-TASK-TIME)")
+    p.add_argument("--save-every", type=common.positive_int, default=50,
+                   help="checkpoint every N steps")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start (then evaluate and save)")
+    p.add_argument("--seed", type=common.nonnegative_int, default=0)
+    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 
 
@@ -261,90 +301,203 @@ def batch_metrics(task, batch: Batch, args) -> dict:
             "generated": batch.generated}
 
 
-# ---- Inputs and evaluation -----------------------------------------------------------------------
-def load_inputs(args, parser) -> tuple[common.Inputs, common.Run]:
-    """Check every input (flags, files, checkpoint) and load it; bad input: one line, exit 2."""
-    try:
-        if args.k < 2:
-            raise common.UsageError(f"--k must be at least 2 for leave-one-out, got {args.k}")
-        task = get_task(args.task)
-        args.reward = common.check_reward(task, args.reward)
-        pool, held_out = common.task_problems(task, args)
-        if len(pool) < args.prompts:
-            raise common.UsageError(f"--prompts {args.prompts} is more than the {len(pool)} "
-                                    "training problems")
-        inputs = common.load_inputs("rloo", args, task, pool, held_out,
-                                    ("step", "optimizer", "rng"))
-        return inputs, common.Run(args.out, vars(args), resume=bool(args.resume))
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-
-
-def evaluate(engine, inputs: common.Inputs, args) -> dict:
-    """Held-out accuracy per size, and KL(pi || pi_ref) on 4 samples of 64 training prompts."""
-    inputs.model.eval()
-    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
-                                    max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
-    metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs, args.seed,
-                                            max_new_tokens=args.max_new_tokens, bf16=args.bf16)
+# ---- Evaluation ----------------------------------------------------------------------------------
+def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
+    """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
+    completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
+    meets the same random numbers; then KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of
+    log pi(y|x) - log pi_ref(y|x) over 4 samples (T = 1, seed 0) of 64 training prompts."""
+    model.eval()
+    metrics = {}
+    for n, (problems, prompts) in eval_sets.items():
+        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
+                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
+                                                           seed=0))]:
+            groups = engine.generate(prompts, sc)
+            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
+    idx = np.random.default_rng([args.seed, 7]).choice(len(train_prompts),
+                                                        min(64, len(train_prompts)), replace=False)
+    groups = engine.generate([train_prompts[i] for i in idx],
+                             common.SamplingConfig(4, args.max_new_tokens, seed=0))
+    flat = [s for g in groups for s in g]
+    batch = ([s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp, mask = common.completion_logprobs(model, *batch, bf16=args.bf16)
+        ref_lp, _ = common.completion_logprobs(ref_model, *batch, bf16=args.bf16)
+    metrics["kl_to_ref"] = ((lp - ref_lp) * mask).sum(-1).mean().item()
     return metrics
 
 
-SHOWN = ("signal_share", "kl_to_ref")  # printed beside the held-out accuracies
+# ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
+def resumed_args(args, parser):
+    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
+    began; flags added since take their defaults, and another script's run is refused."""
+    try:
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        parser.error(f"--resume {args.resume}: no readable config.json there")
+    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags rloo.py does not know "
+                     f"({', '.join(foreign[:5])}): another script's run")
+    saved["model"] = saved.pop("model_path")  # the model it started from, not a newer `sft`
+    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
 
 
-# ---- The algorithm -------------------------------------------------------------------------------
+def keep_metrics_until(path: str, step: int) -> None:
+    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
+    torn by a kill mid-write."""
+    with open(path) as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
-    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
+    if args.resume is not None:
+        args = resumed_args(args, parser)
     common.setup(args.seed, args.threads)
-    inputs, run = load_inputs(args, parser)
-    model, tokenizer = inputs.model, inputs.tokenizer
+    # Every input is checked before anything long starts: bad input is one line and exit 2.
+    try:
+        if args.k < 2:
+            raise ValueError(f"--k must be at least 2 for leave-one-out, got {args.k}")
+        task = get_task(args.task)
+        args.reward = args.reward or task.REWARD_VARIANTS[0]
+        if args.reward not in task.REWARD_VARIANTS:
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
+                             f"{', '.join(task.REWARD_VARIANTS)}")
+        if args.problems:
+            pool = task.get_problems("train", args.train_size, source=args.problems,
+                                     seed=args.seed)
+        else:
+            pool = [p for n in args.sizes or task.SIZES
+                    for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
+        held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
+                    for n in args.eval_sizes or task.SIZES}
+        if len(pool) < args.prompts:
+            raise ValueError(f"--prompts {args.prompts} is more than the {len(pool)} training "
+                             "problems")
+        args.out = args.out or time.strftime(f"runs/rloo-{args.task}-%Y%m%d-%H%M%S")
+        metrics_path = os.path.join(args.out, "metrics.jsonl")
+        ckpt_path = os.path.join(args.out, "checkpoint.pt")
+        if not args.resume and os.path.exists(metrics_path):
+            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                             f"{args.out} or another --out")
+        state = None
+        if args.resume:
+            try:  # the whole state of the run at its last checkpoint, one dict (see below)
+                state = torch.load(ckpt_path, weights_only=False)
+            except FileNotFoundError:
+                raise ValueError(f"--resume {args.resume}: no checkpoint to resume from") from None
+            except Exception as e:  # a truncated or foreign file: torch raises many kinds
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
+                                 f"({type(e).__name__})") from None
+        args.model_path = common.resolve_model_path(args.model, task=args.task)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer = common.load_model(args.model_path, device=device,
+                                             grad_checkpoint=args.grad_checkpoint)
+        ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    style = common.prompt_style(model, tokenizer)
+    prompts = common.encode_prompts(task, pool, tokenizer, style)
+    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
+                 for n, ps in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    start = common.restore(inputs.state, optimizer, run)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
+    if os.path.exists(metrics_path):
+        keep_metrics_until(metrics_path, state["step"] if state else -1)
+    start = 0
+    if state:  # exact resume: the weights, AdamW's moments, every random stream, the step
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        common.set_rng_state(state["rng"])
+        start = state["step"]
+        print(f"resumed {args.out} at step {start}")
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)  # the resumed weights, if any
-    print(f"rloo: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
-          f"engine {engine.name}, B={args.prompts} k={args.k} beta={args.beta}, run {run.dir}")
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"rloo: {n_params / 1e6:.2f}M parameters from {args.model_path}, engine {engine.name}, "
+          f"B={args.prompts} k={args.k} beta={args.beta}, run {args.out}")
+
+    log_file = open(metrics_path, "a")
+    wall = time.time()
+
+    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+        row = {"step": step, "time": round(time.time() - wall, 3), **row}
+        log_file.write(json.dumps(row) + "\n")
+        log_file.flush()
+        if "kl_to_ref" in row:  # the progress line of an evaluation
+            shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown + [
+                k for k in ("signal_share", "kl_to_ref") if k in row]))
     if start == 0:
-        row = evaluate(engine, inputs, args)
-        run.log(0, row)
-        common.report(0, row, SHOWN)
+        log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     bar = tqdm(total=args.steps, initial=start, desc="rloo", dynamic_ncols=True)
     deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
-    snapshots = common.Snapshots(args.snapshots, started, run.dir)
+    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
+
+    def on_ctrl_c(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
+    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
     done = start  # optimizer steps taken
-    with common.StopOnInterrupt() as stop:
+    try:
         for step in range(start, args.steps):
-            snapshots.take(model, tokenizer, step)
             t0 = time.perf_counter()
-            batch = draw_batch(engine, inputs.task, inputs.pool, inputs.prompts, step, args)
+            batch = draw_batch(engine, task, pool, prompts, step, args)
             t_gen = time.perf_counter() - t0
-            row = rloo_step(model, inputs.ref_model, optimizer, batch.groups, args,
+            row = rloo_step(model, ref_model, optimizer, batch.groups, args,
                             tokenizer.pad_token_id, step)  # Eqs. 2-3
             t_sync = time.perf_counter()
             engine.sync(model)  # the next batch is sampled from exactly these weights
             done = step + 1
-            row.update(batch_metrics(inputs.task, batch, args), time_generate=t_gen,
+            row.update(batch_metrics(task, batch, args), time_generate=t_gen,
                        time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, inputs, args))
-                common.report(done, row, SHOWN)
-            run.log(done, row)
+                row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
+            log(done, row)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
                             gap=f"{row['logprob_gap']:.1e}")
-            if done % args.save_every == 0 or last or stop.requested:
-                common.save_state(run, model, tokenizer, optimizer, step=done)
-            if stop.requested:
+            if done % args.save_every == 0 or last or stop:  # atomically: a kill keeps the old
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "rng": common.rng_state(), "step": done}
+                torch.save(state, ckpt_path + ".tmp")
+                os.replace(ckpt_path + ".tmp", ckpt_path)
+            if stop:
                 bar.close()
-                common.exit_interrupted("rloo.py", run.dir, done)
+                print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
+                      f"rloo.py --resume {args.out}", file=sys.stderr)
+                raise SystemExit(130)
             if last:
                 break
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
     bar.close()
-    return common.finish(run, model, tokenizer, engine, snapshots, done)
+    final = os.path.join(args.out, "final")  # the next script's --model, a Hugging Face folder
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
+    engine.close()
+    log_file.close()
+    print(f"done: final model in {final}  ({metrics_path})")
+    return args.out
 
 
 if __name__ == "__main__":

@@ -128,6 +128,10 @@ def logged_lines(run_dir):
 def saved_step(run_dir):
     """The step of the run's last complete checkpoint, or None."""
     try:
+        return torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["step"]
+    except Exception:
+        pass
+    try:
         return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
     except Exception:
         return None
