@@ -49,7 +49,7 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task
+from tasks import get_task, problem_sets
 from tasks.scoring import score
 
 
@@ -375,14 +375,9 @@ def main(argv=None):
         if args.reward not in task.REWARD_VARIANTS:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")
-        if args.problems:
-            pool = task.get_problems("train", args.train_size, source=args.problems,
-                                     seed=args.seed)
-        else:
-            pool = [p for n in args.sizes or task.SIZES
-                    for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
-        held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                    for n in args.eval_sizes or task.SIZES}
+        pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
+                                      eval_sizes=args.eval_sizes, eval_size=args.eval_size,
+                                      seed=args.seed, source=args.problems)
         if len(pool) < args.prompts:
             raise ValueError(f"--prompts {args.prompts} is more than the {len(pool)} training "
                              "problems")

@@ -36,3 +36,17 @@ def get_task(name):
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; choose from: {', '.join(TASKS)}")
     return TASKS[name]
+
+
+def problem_sets(task, *, sizes, train_size, eval_sizes, eval_size, seed, source=None):
+    """(training pool, held-out problems by size): `source` (a JSONL file, `hub` or a hub id), else
+    `train_size` generated problems of each of `sizes`; `eval_size` held-out problems of each of
+    `eval_sizes` (None: the task's SIZES for either)."""
+    if source:
+        pool = task.get_problems("train", train_size, source=source, seed=seed)
+    else:
+        pool = [p for n in sizes or task.SIZES
+                for p in task.get_problems("train", train_size, size=n, seed=seed)]
+    held_out = {n: task.get_problems("test", eval_size, size=n, seed=seed)
+                for n in eval_sizes or task.SIZES}
+    return pool, held_out

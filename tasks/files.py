@@ -1,5 +1,41 @@
-"""Problems from a JSONL file, for any task: one reader, so every task reports bad files alike."""
+"""JSON-lines files of problems and samples, for any task: one reader, so every script and task
+reports a bad file alike (one line naming the file and line, a ValueError), and one atomic writer."""
 import json
+import os
+
+
+def read_jsonl(path: str, what: str = "data file") -> list[dict]:
+    """The JSON objects of a JSONL file; blank lines are skipped. A truncated last line (what a
+    killed writer leaves) is reported as such, never skipped silently."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except FileNotFoundError:
+        raise ValueError(f"no such {what}: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {what} {path}: {e}") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            truncated = lineno == len(lines) and not line.endswith("\n")
+            cut = " (truncated: a killed writer?)" if truncated else ""
+            raise ValueError(f"{path}:{lineno}: bad JSON{cut} ({e.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(path: str, rows: list[dict]) -> None:
+    """One JSON object a line, written into a temporary sibling and renamed: a reader (or a resumed
+    run) never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    os.replace(path + ".tmp", path)
 
 
 def read_problems(path, problem_from_row):
