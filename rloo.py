@@ -343,18 +343,25 @@ def resumed_args(args, parser):
     if foreign:
         parser.error(f"--resume {args.resume}: config.json has flags rloo.py does not know "
                      f"({', '.join(foreign[:5])}): another script's run")
-    saved["model"] = saved.pop("model_path")  # the model it started from, not a newer `sft`
+    if "model_path" in saved:  # the model it started from, not a newer `sft` run
+        saved["model"] = saved.pop("model_path")
     return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
 
 
 def keep_metrics_until(path: str, step: int) -> None:
     """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
-    torn by a kill mid-write."""
+    torn by a kill mid-write; any other damaged line is a ValueError naming it."""
     with open(path) as f:
         lines = f.readlines()
     if lines and not lines[-1].endswith("\n"):
         lines.pop()
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    kept = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
     with open(path + ".tmp", "w") as f:
         f.writelines(kept)
     os.replace(path + ".tmp", path)
@@ -401,6 +408,8 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model_path, device=device,
                                              grad_checkpoint=args.grad_checkpoint)
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
+        if os.path.exists(metrics_path):
+            keep_metrics_until(metrics_path, state["step"] if state else -1)
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
     style = common.prompt_style(model, tokenizer)
@@ -412,8 +421,6 @@ def main(argv=None):
     with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
         json.dump(vars(args), f, indent=2, default=str)
     os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
-    if os.path.exists(metrics_path):
-        keep_metrics_until(metrics_path, state["step"] if state else -1)
     start = 0
     if state:  # exact resume: the weights, AdamW's moments, every random stream, the step
         model.load_state_dict(state["model"])

@@ -38,6 +38,7 @@ Requirements: pip install -r requirements-trl.txt.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -52,7 +53,7 @@ import agro
 import common
 import spo
 import topr
-from tasks import get_task
+from tasks import get_task, scoring
 
 
 # -------------------------------------------------------------------------------------------------
@@ -564,13 +565,17 @@ def make_trainer(args, inp: Inputs, world: int, out: str):
 
 
 def evaluate(path: str, inp: Inputs, args) -> dict:
-    """Held-out metrics of the model in `path`, per size: common.evaluate (greedy, and --eval-k
-    samples at temperature 1), the evaluation every script reports."""
+    """Held-out metrics of the model in `path`, per size, as every script reports them
+    (tasks/scoring.py): a greedy completion and --eval-k samples at temperature 1 (seed 0)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok = common.load_model(path, device=device)
     engine = common.make_engine("auto", model, tok, path, seed=args.seed)
-    metrics = common.evaluate_sizes(engine, inp.task, inp.eval_sets, k=args.eval_k,
-                                    max_new_tokens=args.max_new_tokens)
+    configs = {"greedy": common.SamplingConfig(1, args.max_new_tokens, 0.0),
+               "sampled": common.SamplingConfig(args.eval_k, args.max_new_tokens, seed=0)}
+    metrics = {}
+    for n, (problems, prompts) in inp.eval_sets.items():
+        metrics.update(scoring.evaluate(engine, inp.task, problems, prompts, configs,
+                                        prefix=f"eval{n}/"))
     engine.close()
     return metrics
 
@@ -582,7 +587,7 @@ def main(argv=None):
     state = PartialState()  # one process, or this one of `accelerate launch`'s
     common.setup(args.seed, args.threads)
     inp = load_inputs(args, parser, state.num_processes)
-    out = args.output_dir or common.default_out_dir(f"trl-{args.algo}", args.task)
+    out = args.output_dir or time.strftime(f"runs/trl-{args.algo}-{args.task}-%Y%m%d-%H%M%S")
     figures = {"before": evaluate(inp.model_path, inp, args) if state.is_main_process else {}}
     try:
         trainer = make_trainer(args, inp, state.num_processes, out)
@@ -598,7 +603,9 @@ def main(argv=None):
     trainer.save_model(final)  # every process takes part (ZeRO-3 gathers the weights)
     if state.is_main_process:
         figures["after"] = evaluate(final, inp, args)
-        common.write_json_atomic(os.path.join(out, "eval.json"), figures, indent=2)
+        with open(os.path.join(out, "eval.json.tmp"), "w") as f:
+            json.dump(figures, f, indent=2)
+        os.replace(os.path.join(out, "eval.json.tmp"), os.path.join(out, "eval.json"))
         for key in figures["before"]:
             if key.endswith(("greedy/reward", "sampled/reward")):
                 print(f"{key}: {figures['before'][key]:.3f} -> {figures['after'][key]:.3f}")

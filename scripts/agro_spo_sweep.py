@@ -150,7 +150,7 @@ def pass_at_ks(model_path: str) -> dict:
         return json.load(open(cache))
     sys.path.insert(0, ROOT)
     import common
-    from tasks import get_task
+    from tasks import get_task, scoring
     model, tok = common.load_model(model_path)
     task, out = get_task("countdown"), {}
     engine = common.make_engine("auto", model, tok, model_path)
@@ -160,8 +160,10 @@ def pass_at_ks(model_path: str) -> dict:
         prompts = common.encode_prompts(task, problems, tok, common.prompt_style(model, tok))
         groups = engine.generate(prompts, common.SamplingConfig(8, 64, seed=0))
         wins = [sum(task.is_correct(p, s.text) for s in g) for p, g in zip(problems, groups)]
-        out[str(size)] = [mean(common.pass_at_k(8, c, k) for c in wins) for k in range(1, 9)]
-    common.write_json_atomic(cache, out)
+        out[str(size)] = [mean(scoring.pass_at_k(8, c, k) for c in wins) for k in range(1, 9)]
+    with open(cache + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(cache + ".tmp", cache)
     return out
 
 

@@ -10,7 +10,7 @@
    that checkpoint with `--seed s` for every seed and `--time-limit` minutes of wall clock (data
    generation, Q0 estimation and engine start count against it; [CR]'s TOPR rows run their fixed
    budget to the end instead); `--jobs` runs go side by side.
-3. Every final model, and the SFT model, is evaluated here in one way (common.evaluate, the same
+3. Every final model, and the SFT model, is evaluated here in one way (tasks/scoring.py, the same
    held-out problems) under two decodings: ours (greedy, and k samples at T = 1, the policy
    itself) and the report's (k samples at T = 0.15, top-p 0.9, top-k 30, [CR] §4), so that no
    script grades itself.
@@ -43,7 +43,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
-from tasks import get_task  # noqa: E402
+from tasks import get_task, scoring  # noqa: E402
 
 # name -> (script, flags, timed). First the course report's configurations (Countdown only), then
 # our defaults. Untimed rows run their fixed budget to the end ([CR]'s TOPR: 1,000 completions, 2
@@ -132,7 +132,7 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
         raise SystemExit(130)
     if code != 0:
         raise SystemExit(f"compare.py: {name} failed (exit {code}), see {log_dir}/{name}.log")
-    common.write_json_atomic(usage_file, usage)
+    write_json(usage_file, usage)
     print(f"[compare] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB",
           flush=True)
     return usage
@@ -146,14 +146,16 @@ def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
     style = common.prompt_style(model, tokenizer)
     engine = common.make_engine("auto", model, tokenizer, path, seed=seed)
     metrics = {}
+    ours = {"greedy": common.SamplingConfig(1, 64, 0.0),
+            "sampled": common.SamplingConfig(args.eval_k, 64, seed=seed)}
+    report = {"sampled": common.SamplingConfig(args.eval_k, 64, seed=seed, **REPORT_DECODING)}
     for n, problems in eval_sets.items():
         prompts = common.encode_prompts(task, problems, tokenizer, style)
-        metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
-                                       prefix=f"eval{n}/", all_rewards=True, seed=seed))
+        metrics.update(scoring.evaluate(engine, task, problems, prompts, ours,
+                                        prefix=f"eval{n}/", all_rewards=True))
         if task.NAME == REPORT_TASK:
-            metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
-                                           greedy=False, prefix=f"eval{n}/report-",
-                                           all_rewards=True, seed=seed, **REPORT_DECODING))
+            metrics.update(scoring.evaluate(engine, task, problems, prompts, report,
+                                            prefix=f"eval{n}/report-", all_rewards=True))
     return metrics
 
 
@@ -162,8 +164,15 @@ def cached_eval(path: str, model_path: str, task_name: str, eval_sets: dict, arg
     """The evaluation of one model, computed once and kept in `path` (JSON)."""
     if not os.path.exists(path):
         metrics = evaluate_model(model_path, get_task(task_name), eval_sets, args, seed)
-        common.write_json_atomic(path, metrics)
+        write_json(path, metrics)
     return read_json(path)
+
+
+def write_json(path: str, obj) -> None:
+    """Written into a temporary sibling and renamed: an interrupted run never leaves half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.replace(path + ".tmp", path)
 
 
 def read_json(path: str) -> dict:
@@ -455,7 +464,7 @@ def check_out_folder(args) -> None:
     else:
         mine["commit"] = commit()
     os.makedirs(args.out, exist_ok=True)
-    common.write_json_atomic(path, mine)
+    write_json(path, mine)
 
 
 def runs_commit(args) -> str:
@@ -515,7 +524,7 @@ def main(argv=None):
                                                      "eval": metrics})
 
     # 4. RESULTS.md, its plot, results.json, README's block
-    common.write_json_atomic(os.path.join(out, "results.json"), results)
+    write_json(os.path.join(out, "results.json"), results)
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
     plot(results, sizes[0], args.task, plot_path(args))
     print(write_results(results, args, sizes, argv))

@@ -5,12 +5,14 @@
 
 1. sft.py trains the starting checkpoint once (or `--sft PATH` reuses one).
 2. Each script runs from it with its own defaults but no cap on steps (rloo.py keeps its --steps:
-   its lr decays to 0 over them), `--seed s`, `--time-limit` the last minute and `--snapshots` the
-   minutes: the model is saved as it stands at each minute
-   since the script started, everything included (loading, data generation, SPO's Q0 estimate,
-   the script's own periodic evaluations); `--jobs` runs go side by side.
-3. Every snapshot, and the SFT model, is evaluated here in one way: common.evaluate, the same
-   held-out problems, --eval-k samples at T = 1 (the policy itself), seeded.
+   its lr decays to 0 over them), `--seed s` and `--time-limit m`, once for each minute m: the
+   run's final model is the model as it stands m minutes after the script started, everything
+   included (loading, data generation, SPO's Q0 estimate, the script's own periodic evaluations).
+   Runs of one seed follow the same path until their limits, so this costs the sum of the
+   minutes instead of the last, and keeps the algorithm scripts free of it. `--jobs` runs go side
+   by side.
+3. Every final model, and the SFT model, is evaluated here in one way (tasks/scoring.py): the
+   same held-out problems, --eval-k samples at T = 1 (the policy itself), seeded.
 4. Writes the table and a plot of accuracy against wall clock into the time-to-accuracy block of
    --results (docs/RESULTS.md; scripts/compare.py keeps that block when it rewrites the file).
 
@@ -19,6 +21,7 @@ An interrupted invocation picks up where it stopped: finished runs and evaluatio
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import shlex
@@ -30,6 +33,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its runner, JSON files, machine and commit lines)
 from compare import common, get_task  # noqa: E402
+from tasks import scoring  # noqa: E402
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -49,12 +53,12 @@ def parse_args(argv=None):
                    help="reuse this SFT checkpoint instead of running sft.py")
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: "
                    + ", ".join(ROWS))
-    p.add_argument("--minutes", type=common.minutes_list, default=[1.0, 2.0, 5.0, 10.0],
+    p.add_argument("--minutes", type=minutes_list, default=[1.0, 2.0, 5.0, 10.0],
                    help="wall-clock minutes at which each run's model is evaluated")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
-    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
                    help="engine of the runs; auto: vLLM on a GPU, else kv (common.make_engine)")
     p.add_argument("--eval-size", type=common.positive_int, default=200,
                    help="held-out problems a size")
@@ -90,12 +94,27 @@ def evaluate_snapshot(path: str, model_path: str, task_name: str, eval_sets: dic
         engine = common.make_engine("auto", model, tokenizer, model_path, seed=seed)
         style = common.prompt_style(model, tokenizer)
         metrics = {}
+        sampled = {"sampled": common.SamplingConfig(args.eval_k, 64, seed=seed)}
         for n, problems in eval_sets.items():
             prompts = common.encode_prompts(task, problems, tokenizer, style)
-            metrics.update(common.evaluate(engine, task, problems, prompts, k=args.eval_k,
-                                           greedy=False, prefix=f"eval{n}/", seed=seed))
-        common.write_json_atomic(path, metrics)
+            metrics.update(scoring.evaluate(engine, task, problems, prompts, sampled,
+                                            prefix=f"eval{n}/"))
+        compare.write_json(path, metrics)
     return compare.read_json(path)
+
+
+def last_step(run_dir: str) -> int:
+    """The optimizer steps a finished run took: the step of its metrics' last row."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return json.loads(f.readlines()[-1])["step"]
+
+
+def minutes_list(text: str) -> list[float]:
+    """argparse type: comma-separated positive minutes, e.g. "1,2,5,10", returned sorted."""
+    return sorted(common.positive_float(m) for m in text.split(","))
+
+
+minutes_list.__name__ = "comma-separated positive minutes"  # argparse's "invalid ... value"
 
 
 def table(curves: dict, sizes: list[int], minutes: list[float]) -> str:
@@ -133,8 +152,7 @@ def write_block(args, argv, curves, sizes, seeds, steps) -> str:
     """The time-to-accuracy block of --results, replaced in place (or appended)."""
     png = os.path.splitext(args.results)[0] + "-time.png"
     plot(curves, sizes, args.minutes, png)
-    snap = f"--snapshots {','.join(f'{m:g}' for m in args.minutes)} " \
-           f"--time-limit {args.minutes[-1]:g}"
+    snap = f"--time-limit M (M = {', '.join(f'{m:g}' for m in args.minutes)})"
     rows = "\n".join(f"- {name}: `python {shlex.join([ROWS[name][0], *ROWS[name][1]])} {snap}`"
                      for name in curves)
     step_cells = "; ".join(f"{name} {statistics.mean(s):.0f}" for name, s in steps.items())
@@ -146,10 +164,11 @@ Commit {compare.commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}; machine: {compa
 {args.jobs} runs side by side, {args.threads} torch thread(s) each, engine {args.engine}; seeds
 {','.join(map(str, seeds))}. Each script runs with its defaults (no cap on steps; rloo keeps its
 --steps, over which its lr decays to 0, and stands at its final weights after them) from the same
-SFT checkpoint and is saved as it stands after each number of minutes of wall clock since it
-started, everything included (loading, data generation, SPO's Q0 estimate, its own periodic
-evaluations). Held-out sampled accuracy: {args.eval_k} samples at T = 1 of {args.eval_size}
-problems a size, common.evaluate; % mean ± sd over seeds. Minute 0 is the SFT checkpoint
+SFT checkpoint, once for each number of minutes M with `--time-limit M`, and its final model is
+evaluated: the model as it stands M minutes of wall clock after the script started, everything
+included (loading, data generation, SPO's Q0 estimate, its own periodic evaluations). Held-out
+sampled accuracy: {args.eval_k} samples at T = 1 of {args.eval_size} problems a size,
+tasks/scoring.py; % mean ± sd over seeds. Minute 0 is the SFT checkpoint
 (evaluated with each seed's draws).
 
 {table(curves, sizes, [0.0] + args.minutes)}
@@ -188,27 +207,25 @@ def main(argv=None):
                            sft_dir, log_dir)
         sft_path = os.path.join(sft_dir, "final")
 
-    def train(job):  # 2. one script, one seed, saved at every minute
-        name, seed = job
+    def train(job):  # 2. one script, one seed, one time limit
+        name, seed, m = job
         script, flags = ROWS[name]
-        run_dir = os.path.join(out, f"{name}-s{seed}")
+        run_dir = os.path.join(out, f"{name}-s{seed}-{m:g}min")
         cmd = [py, script, "--task", args.task, "--model", sft_path, "--out", run_dir,
                "--seed", str(seed), "--threads", str(args.threads), "--engine", args.engine,
-               "--time-limit", f"{minutes[-1]:g}", "--snapshots", ",".join(map(str, minutes)),
-               *flags]
+               "--time-limit", f"{m:g}", *flags]
         compare.run_script(os.path.basename(run_dir), cmd, run_dir, log_dir)
         return run_dir
-    jobs = [(name, s) for s in seeds for name in rows]
+    jobs = [(name, s, m) for s in seeds for name in rows for m in minutes]
     with ThreadPoolExecutor(args.jobs) as pool:
         run_dirs = dict(zip(jobs, pool.map(train, jobs)))
 
     # 3. every snapshot, and the SFT model, evaluated the same way
     eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in task.SIZES}
     todo = [("sft", 0.0, s, os.path.join(out, f"sft-eval-s{s}.json"), sft_path) for s in seeds]
-    for (name, s), run_dir in run_dirs.items():
-        for m in minutes:
-            snap = os.path.join(run_dir, "snapshots", f"{m:g}min")
-            todo.append((name, m, s, os.path.join(snap, "eval.json"), snap))
+    for (name, s, m), run_dir in run_dirs.items():
+        final = os.path.join(run_dir, "final")
+        todo.append((name, m, s, os.path.join(run_dir, "eval.json"), final))
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
         evals = list(pool.map(evaluate_snapshot, *zip(*[(path, model, args.task, eval_sets, args, s)
@@ -218,9 +235,7 @@ def main(argv=None):
     curves = {name: {m: {n: [acc[(name, m, s) if m else ("sft", 0.0, s)][key(n)] for s in seeds]
                          for n in task.SIZES} for m in [0.0] + minutes}
               for name in rows}  # minute 0: the SFT model every run starts from
-    steps = {name: [compare.read_json(os.path.join(run_dirs[name, s], "snapshots",
-                                                   f"{minutes[-1]:g}min", "snapshot.json"))["step"]
-                    for s in seeds] for name in rows}
+    steps = {name: [last_step(run_dirs[name, s, minutes[-1]]) for s in seeds] for name in rows}
     print(write_block(args, argv, curves, list(task.SIZES), seeds, steps))
     print(f"[time_to_accuracy] {time.time() - started:.0f} s in all; {args.results}")
 

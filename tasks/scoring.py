@@ -55,3 +55,16 @@ def score(task, problems: list[dict], groups: list[list], mode: str, reward_vari
         m[f"{prefix}maj@{k}"] = float(np.mean([majority_correct(task, p, g)
                                                for p, g in zip(problems, groups)]))
     return m
+
+
+def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], configs: dict,
+             reward_variant=None, *, all_rewards: bool = False, prefix: str = "") -> dict:
+    """score() of each decoding in `configs` (mode -> common.SamplingConfig, e.g. {"greedy": ...,
+    "sampled": ...}): the evaluation of scripts/, trl_trainers.py and the tests, the same loop as
+    the algorithm scripts' own evaluate()."""
+    metrics = {}
+    for mode, sc in configs.items():
+        groups = engine.generate(prompts, sc)
+        metrics.update(score(task, problems, groups, mode, reward_variant,
+                             all_rewards=all_rewards, prefix=prefix))
+    return metrics

@@ -12,6 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # noqa: E402
+from tasks import scoring  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -72,19 +73,20 @@ def weak_sft(tiny_path, tmp_path_factory):
                    for p in SUMS]
     fit(model, tok, prompts, completions, steps=80, lr=2e-3)
     path = str(tmp_path_factory.mktemp("weak") / "final")
-    common.save_checkpoint(path, model, tok)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
     return path
 
 
 def sampled(path, problems, samples=64) -> dict:
-    """common.evaluate's sampled metrics (T=1) of the model in `path` on `problems`, with a fixed
-    seed."""
+    """The sampled metrics (T=1, tasks/scoring.py) of the model in `path` on `problems`, with a
+    fixed seed."""
     from tasks import countdown
     common.setup(1, 1)
     model, tok = common.load_model(path)
     prompts = common.encode_prompts(countdown, problems, tok, "compact")
-    return common.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, k=samples,
-                           greedy=False, max_new_tokens=32)
+    sampled = {"sampled": common.SamplingConfig(samples, 32, seed=0)}
+    return scoring.evaluate(common.HFEngine(model, tok), countdown, problems, prompts, sampled)
 
 
 def write_jsonl(path, rows) -> str:

@@ -1,14 +1,15 @@
-"""common.py: the tiny model, log-probs, the HF engine, evaluation, checkpoints, bad input."""
+"""common.py: the tiny model, log-probs, the engines, bad input; tasks/scoring.py's metrics."""
 import json
 import math
 import os
+import sys
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import common
-from tasks import countdown
+from tasks import countdown, scoring
 from conftest import SUMS
 
 
@@ -129,11 +130,15 @@ def test_a_seeded_sampling_config_repeats_itself_and_leaves_the_global_rng_alone
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
-    assert common.pass_at_k(8, 0, 8) == 0.0
-    assert common.pass_at_k(8, 8, 1) == 1.0
-    assert common.pass_at_k(8, 1, 1) == pytest.approx(0.125)
-    assert common.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
-    assert common.pass_at_k(8, 1, 8) == 1.0
+    assert scoring.pass_at_k(8, 0, 8) == 0.0
+    assert scoring.pass_at_k(8, 8, 1) == 1.0
+    assert scoring.pass_at_k(8, 1, 1) == pytest.approx(0.125)
+    assert scoring.pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)  # 1 - C(3,2)/C(5,2)
+    assert scoring.pass_at_k(8, 1, 8) == 1.0
+
+
+CONFIGS = {"greedy": common.SamplingConfig(1, 64, 0.0),
+           "sampled": common.SamplingConfig(4, 64, seed=0)}
 
 
 class FixedEngine:
@@ -152,7 +157,7 @@ def test_evaluate_counts_accuracy_format_pass_and_majority():
     engine = FixedEngine(greedy=[[ok], [none]],
                          sampled=[[ok, ok, wrong, none],
                                   [wrong.replace("3+5", "2+4")] * 3 + ["<answer>2*4</answer>"]])
-    m = common.evaluate(engine, countdown, problems, [[1], [2]], k=4, reward_variant="original")
+    m = scoring.evaluate(engine, countdown, problems, [[1], [2]], CONFIGS, "original")
     assert m["greedy/accuracy"] == 0.5
     assert m["greedy/format_rate"] == 0.5
     assert m["greedy/reward"] == pytest.approx((1.0 + 0.0) / 2)
@@ -161,38 +166,11 @@ def test_evaluate_counts_accuracy_format_pass_and_majority():
     assert m["pass@4"] == 1.0
     assert m["maj@4"] == 0.5  # problem 1: "3*5+7" is the most frequent; problem 2: "2+4" (wrong) is
     assert "greedy/reward_B" not in m
-    m = common.evaluate(engine, countdown, problems, [[1], [2]], k=4, reward_variant="A",
-                        all_rewards=True)
+    m = scoring.evaluate(engine, countdown, problems, [[1], [2]], CONFIGS, "A", all_rewards=True)
     assert m["greedy/reward"] == m["greedy/reward_A"] == pytest.approx((1.0 - 0.0003 * 2) / 2)
     assert m["greedy/reward_original"] == pytest.approx(0.5)
     assert m["greedy/reward_B"] == pytest.approx((1.0 - 0.2) / 2)
     assert m["sampled/reward_B"] == pytest.approx((3 * 1.0 + 4 * 0.0 - 0.2) / 8)
-
-
-def test_checkpoint_round_trip_and_interrupted_save_keeps_the_previous(tiny, tmp_path, monkeypatch):
-    model, tok = tiny
-    path = str(tmp_path / "checkpoint")
-    common.save_checkpoint(path, model, tok, {"step": 1})
-    first = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        next(model.parameters()).add_(1.0)
-
-    real_replace = os.replace
-
-    def crash_on_second_rename(src, dst):  # the old copy is moved aside, then the process dies
-        if src.endswith(".tmp"):
-            raise KeyboardInterrupt
-        real_replace(src, dst)
-    monkeypatch.setattr(os, "replace", crash_on_second_rename)
-    with pytest.raises(KeyboardInterrupt):
-        common.save_checkpoint(path, model, tok, {"step": 2})
-    monkeypatch.setattr(os, "replace", real_replace)
-
-    found = common.checkpoint_path(path)
-    assert found is not None and common.load_trainer_state(found)["step"] == 1
-    reloaded, _ = common.load_model(found)
-    for k, v in reloaded.state_dict().items():
-        assert torch.equal(v, first[k])
 
 
 def test_bad_model_paths_are_usage_errors(tmp_path):
@@ -235,14 +213,6 @@ def test_prompts_use_the_compact_form_for_the_tiny_model(tiny):
     style = common.prompt_style(model, tok)
     ids = common.encode_prompts(countdown, [{"nums": [45, 12, 3], "target": 36}], tok, style)
     assert tok.decode(ids[0]) == "45 12 3=36:"
-
-
-def test_run_folder_refuses_to_overwrite(tmp_path):
-    run = common.Run(str(tmp_path / "r"), {"a": 1})
-    run.log(1, {"loss": 0.5})
-    assert json.loads(open(run.path("metrics.jsonl")).readline())["loss"] == 0.5
-    with pytest.raises(common.UsageError, match="already holds a run"):
-        common.Run(str(tmp_path / "r"), {"a": 1})
 
 
 def test_auto_engine_picks_by_device(tiny, monkeypatch):
@@ -342,60 +312,12 @@ def test_kv_engine_log_probs_are_the_trainers_and_it_leaves_the_model_as_it_was(
     assert gap < 1e-4 and any(s.finished for s in flat) and any(len(s.ids) > 5 for s in flat)
 
 
-def test_truncate_drops_later_steps_and_a_line_torn_by_a_kill(tmp_path):
-    run = common.Run(str(tmp_path / "r"), {"a": 1})
-    for step in range(4):
-        run.log(step, {"loss": float(step)})
-    with open(run.path("metrics.jsonl"), "a") as f:
-        f.write('{"step": 4, "lo')  # a kill mid-write
-    run.truncate(2)
-    rows = [json.loads(line) for line in open(run.path("metrics.jsonl"))]
-    assert [r["step"] for r in rows] == [0, 1, 2]
-    with open(run.path("metrics.jsonl"), "a") as f:
-        f.write('not json\n{"step": 1}\n')
-    with pytest.raises(common.UsageError, match="metrics.jsonl:4: bad JSON"):
-        run.truncate(2)
-
-
-def test_resumed_args_refuses_another_scripts_config_and_fills_new_flags(tmp_path):
-    import argparse
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--resume")
-    parser.add_argument("--out")
-    parser.add_argument("--lr", type=float, default=1.0)
-    parser.add_argument("--new-flag", default="x")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps({"lr": 0.5, "out": "o", "model_path": "m"}))
-    args = common.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
-    assert (args.lr, args.new_flag, args.out) == (0.5, "x", str(run_dir))
-    (run_dir / "config.json").write_text(json.dumps({"lr": 0.5, "num_numbers": "3"}))
-    with pytest.raises(SystemExit):
-        common.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
-    with pytest.raises(SystemExit):
-        common.resumed_args(parser.parse_args(["--resume", ""]), parser)
-
-
-def test_snapshots_hold_the_weights_at_their_minute_and_the_final_ones_after_the_end(
-        tiny, tmp_path, monkeypatch):
-    model, tok = tiny
-    now = [1000.0]
-    monkeypatch.setattr(common.time, "monotonic", lambda: now[0])
-    snaps = common.Snapshots(common.minutes_list("5,1,2"), started=1000.0, run_dir=str(tmp_path))
-    for step, minute in enumerate([0.0, 0.5, 1.2, 1.4, 3.0]):
-        now[0] = 1000.0 + 60 * minute
-        with torch.no_grad():  # the weights of step `step`
-            model.get_input_embeddings().weight[0, 0] = step
-        snaps.take(model, tok, step)
-    snaps.take(model, tok, 5, final=True)  # the run ends at 3.0 minutes, before minute 5
-    got = {}
-    for name in ["1min", "2min", "5min"]:
-        info = json.load(open(tmp_path / "snapshots" / name / "snapshot.json"))
-        weights, _ = common.load_model(str(tmp_path / "snapshots" / name))
-        got[name] = (info["step"], weights.get_input_embeddings().weight[0, 0].item())
-    assert got == {"1min": (2, 2.0), "2min": (4, 4.0), "5min": (5, 4.0)}
+def test_minutes_list_refuses_zero():  # scripts/time_to_accuracy.py --minutes
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts"))
+    import time_to_accuracy
+    assert time_to_accuracy.minutes_list("5,1,2") == [1.0, 2.0, 5.0]
     with pytest.raises(ValueError):
-        common.minutes_list("1,0")
+        time_to_accuracy.minutes_list("1,0")
 
 
 def _full_vocabulary_logprobs(model, prompts, completions, pad_id, temperature):

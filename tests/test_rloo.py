@@ -340,6 +340,71 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
+def test_run_folder_refuses_to_overwrite(tiny_path, tmp_path, capsys):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 0.5}) + "\n")
+    with pytest.raises(SystemExit) as e:
+        rloo.main(["--model", tiny_path, "--train-size", "8", "--prompts", "4", "--out", str(run)])
+    assert e.value.code == 2
+    assert "already holds a run" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert json.loads(open(run / "metrics.jsonl").readline())["loss"] == 0.5
+
+
+def test_keep_metrics_until_drops_later_steps_and_a_line_torn_by_a_kill(tmp_path):
+    path = str(tmp_path / "metrics.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"step": step, "loss": float(step)}) + "\n" for step in range(4))
+        f.write('{"step": 4, "lo')  # a kill mid-write
+    rloo.keep_metrics_until(path, 2)
+    assert [json.loads(line)["step"] for line in open(path)] == [0, 1, 2]
+    with open(path, "a") as f:
+        f.write('not json\n{"step": 1}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:4: bad JSON"):
+        rloo.keep_metrics_until(path, 2)
+
+
+def test_resumed_args_refuses_another_scripts_config_and_fills_new_flags(tmp_path):
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--resume")
+    parser.add_argument("--out")
+    parser.add_argument("--lr", type=float, default=1.0)
+    parser.add_argument("--new-flag", default="x")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"lr": 0.5, "out": "o", "model_path": "m"}))
+    args = rloo.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
+    assert (args.lr, args.new_flag, args.out) == (0.5, "x", str(run_dir))
+    (run_dir / "config.json").write_text(json.dumps({"lr": 0.5, "num_numbers": "3"}))
+    with pytest.raises(SystemExit):
+        rloo.resumed_args(parser.parse_args(["--resume", str(run_dir)]), parser)
+    with pytest.raises(SystemExit):
+        rloo.resumed_args(parser.parse_args(["--resume", str(tmp_path / "none")]), parser)
+
+
+def test_a_save_interrupted_mid_write_keeps_the_previous_checkpoint(weak_sft, tmp_path,
+                                                                     monkeypatch):
+    """checkpoint.pt is written into checkpoint.pt.tmp and renamed: a kill before the rename (here
+    at step 2's save) leaves step 1's checkpoint, complete, and the run resumes from it."""
+    argv = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts",
+                  "2", "--k", "2", "--steps", "3", "--save-every", "1", "--eval-every", "3",
+                  "--engine", "hf", "--out", str(tmp_path / "run")]
+    real_replace = os.replace
+
+    def dies_at_the_second_save(src, dst):
+        if src.endswith("checkpoint.pt.tmp") and saved_step(str(tmp_path / "run")) == 1:
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+    monkeypatch.setattr(os, "replace", dies_at_the_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        rloo.main(argv)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert saved_step(str(tmp_path / "run")) == 1
+    out = rloo.main(["--resume", str(tmp_path / "run")])
+    assert [r["step"] for r in metrics_rows(out)] == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
 def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sft, tmp_path):
     """A real process killed (SIGKILL) right after its step-2 checkpoint, or during step 4 (after
