@@ -21,10 +21,13 @@ Run:  python sft.py --task countdown          (tiny model, CPU, ~5 minutes)
 The model in RUN/final is what rloo.py, topr.py, agro.py and spo.py take as --model.
 """
 import argparse
+import json
 import math
 import os
+import shutil
+import signal
 import sys
-from dataclasses import dataclass
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -33,6 +36,8 @@ from tqdm import tqdm
 
 import common
 from tasks import get_task
+from tasks.files import read_jsonl
+from tasks.scoring import score
 
 
 def parse_args(argv=None):
@@ -74,14 +79,17 @@ def parse_args(argv=None):
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--reward", default=None,
                    help="reward variant reported in evaluation; default: the task's first")
-    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
                    help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU "
                         "(common.make_engine)")
     # system
     p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None,
                    help="torch CPU threads (default: $TORCH_THREADS or all cores)")
-    common.add_memory_flags(p)  # --bf16, --grad-checkpoint
+    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
+                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each layer's activations in backward: far less memory")
     return p, p.parse_args(argv)
 
 
@@ -126,7 +134,7 @@ def encode_examples(task, problems, completions, tokenizer, style, max_len) -> l
         if len(ids) < max_len:  # never cut a prompt
             out.append(Example(ids, c[:max_len - len(ids)]))
     if not out:
-        raise common.UsageError(f"no example fits in --max-len {max_len}")
+        raise ValueError(f"no example fits in --max-len {max_len}")
     return out
 
 
@@ -139,31 +147,32 @@ def task_demonstrations(task, sizes, per_size, seed, steps=False):
 
 
 def data_rows(source: str) -> list[dict]:
-    """The rows of a JSONL file or a hub dataset; UsageError naming the file (and line)."""
+    """The rows of a JSONL file or a hub dataset; ValueError naming the file (and line)."""
     if source.endswith(".jsonl") or os.path.exists(source) or not common.HUB_ID.match(source):
-        return common.read_jsonl(source, "data file")
+        return read_jsonl(source, "data file")
     try:
         import datasets
         return list(datasets.load_dataset(source, split="train"))
     except Exception as e:  # no `datasets`, no hub, no such dataset: one line
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise common.UsageError(f"could not load hub dataset {source} (needs `datasets` and the "
-                                f"hub): {first}") from None
+        raise ValueError(f"could not load hub dataset {source} (needs `datasets` and the hub): "
+                         f"{first}") from None
 
 
 def data_examples(task, rows: list[dict], source: str):
-    """(problems, completion texts, the rows' own prompt texts or None) of --data rows."""
+    """(problems, completion texts, the rows' own prompt texts or None) of --data rows; ValueError
+    naming the example that is not one."""
     if not rows:
-        raise common.UsageError(f"{source} holds no examples")
+        raise ValueError(f"{source} holds no examples")
     problems, completions, given = [], [], []
     for i, row in enumerate(rows, 1):
         try:
             problem = task.problem_from_row(row)
         except ValueError as e:
-            raise common.UsageError(f"{source}: example {i}: {e} (the prompt is built from the "
-                                    f"problem fields {', '.join(task.FIELDS)})") from None
+            raise ValueError(f"{source}: example {i}: {e} (the prompt is built from the problem "
+                             f"fields {', '.join(task.FIELDS)})") from None
         if not isinstance(row.get("completion"), str):
-            raise common.UsageError(f"{source}: example {i}: needs a string field 'completion'")
+            raise ValueError(f"{source}: example {i}: needs a string field 'completion'")
         problems.append(problem)
         completions.append(row["completion"])
         given.append(row.get("prompt", row.get("query")))
@@ -175,7 +184,7 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
              step: int) -> dict:
     """One optimizer step of Eq. 1 on `batch` (in --grad-accum micro-batches); returns its metrics.
 
-    Stops (common.check_finite) before the optimizer touches the weights if the loss or the gradient
+    Stops (exit status 1) before the optimizer touches the weights if the loss or the gradient
     norm is not finite.
     """
     model.train()
@@ -196,52 +205,121 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
         (loss * share).backward()
         total += loss.item() * share
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    common.check_finite(step + 1, "too high --lr", loss=total, grad_norm=grad_norm)
+    bad = [f"{k}={v}" for k, v in (("loss", total), ("grad_norm", grad_norm))
+           if not math.isfinite(v)]
+    if bad:  # stop before the weights move: the last checkpoint stays the last good state
+        print(f"error: step {step + 1}: non-finite {', '.join(bad)}; weights not updated, the last "
+              "checkpoint is the last good state. Likely cause: too high --lr", file=sys.stderr)
+        raise SystemExit(1)
     optimizer.step()
     scheduler.step()
     return {"loss": total, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
 
 
-# ---- Inputs --------------------------------------------------------------------------------------
-@dataclass
-class Inputs:
-    """Everything main() needs, checked before training starts."""
-    task: object
-    train: list[Example]
-    eval_sets: dict              # size -> (problems, prompt ids)
-    model: object
-    tokenizer: object
-    model_path: str
-    run: common.Run
-    state: dict | None           # the trainer state of the checkpoint resumed from
+# ---- Evaluation ----------------------------------------------------------------------------------
+def evaluate(engine, model, task, eval_sets, args, sampled: bool) -> dict:
+    """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
+    completion a problem and, when `sampled` (the last evaluation), --eval-k samples at T = 1 drawn
+    with seed 0, so that every checkpoint meets the same random numbers."""
+    model.eval()
+    engine.sync(model)  # vLLM: push the current weights
+    metrics = {}
+    for n, (problems, prompts) in eval_sets.items():
+        configs = [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0))]
+        if sampled and args.eval_k:
+            configs.append(("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
+                                                             seed=0)))
+        for mode, sc in configs:
+            groups = engine.generate(prompts, sc)
+            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
+    return metrics
 
 
-def load_inputs(args, parser, device: str) -> Inputs:
-    """Check every input (flags, data, checkpoint) and load it; bad input: one line, exit 2."""
+# ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
+def resumed_args(args, parser):
+    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
+    began; flags added since take their defaults, and another script's run is refused."""
     try:
-        if args.model != common.TINY:  # a bad path fails here, before a run folder is made
-            common.resolve_model_path(args.model)
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        parser.error(f"--resume {args.resume}: no readable config.json there")
+    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags sft.py does not know "
+                     f"({', '.join(foreign[:5])}): another script's run")
+    if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
+        saved["model"] = saved.pop("model_path")
+    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def keep_metrics_until(path: str, step: int) -> None:
+    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
+    torn by a kill mid-write; any other damaged line is a ValueError naming it."""
+    with open(path) as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    kept = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    if args.resume is not None:
+        args = resumed_args(args, parser)
+    common.setup(args.seed, args.threads)
+    # Every input is checked before anything long starts: bad input is one line and exit 2.
+    try:
         task = get_task(args.task)
-        args.reward = common.check_reward(task, args.reward)
+        args.reward = args.reward or task.REWARD_VARIANTS[0]
+        if args.reward not in task.REWARD_VARIANTS:
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
+                             f"{', '.join(task.REWARD_VARIANTS)}")
         rows = data_rows(args.data) if args.data else None
-        args.out = args.out or common.default_out_dir("sft", args.task)
-        ckpt, state = common.resume_checkpoint(args, ("step", "optimizer", "scheduler", "rng"))
+        args.out = args.out or time.strftime(f"runs/sft-{args.task}-%Y%m%d-%H%M%S")
+        metrics_path = os.path.join(args.out, "metrics.jsonl")
+        ckpt_path = os.path.join(args.out, "checkpoint.pt")
+        if not args.resume and os.path.exists(metrics_path):
+            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                             f"{args.out} or another --out")
+        state = None
+        if args.resume:
+            try:  # the whole state of the run at its last checkpoint, one dict (see below)
+                state = torch.load(ckpt_path, weights_only=False)
+            except FileNotFoundError:
+                raise ValueError(f"--resume {args.resume}: no checkpoint to resume from") from None
+            except Exception as e:  # a truncated or foreign file: torch raises many kinds
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
+                                 f"({type(e).__name__})") from None
         if rows is not None:
             problems, completions, given = data_examples(task, rows, args.data)
         else:
             problems, completions = task_demonstrations(task, args.sizes or task.SIZES,
                                                         args.train_size, args.seed, args.demo_steps)
-        eval_problems = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                         for n in args.eval_sizes or task.SIZES}
-        run = common.Run(args.out, vars(args), resume=bool(args.resume))
-        model_path = ckpt or common.resolve_model_path(args.model, run.dir)
-        model, tokenizer = common.load_model(model_path, device=device,
-                                             grad_checkpoint=args.grad_checkpoint)
+        held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
+                    for n in args.eval_sizes or task.SIZES}
+        # `tiny` is built inside the run folder (RUN/tiny-init); a bad path fails before one is made
+        args.model_path = common.resolve_model_path(args.model, args.out)
+        model, tokenizer = common.load_model(args.model_path, grad_checkpoint=args.grad_checkpoint,
+                                             device="cuda" if torch.cuda.is_available() else "cpu")
         style = common.prompt_style(model, tokenizer)
         train = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(train):
-            raise common.UsageError(f"--batch-size {args.batch_size} is more than the {len(train)} "
-                                    "training examples")
+            raise ValueError(f"--batch-size {args.batch_size} is more than the {len(train)} "
+                             "training examples")
+        if os.path.exists(metrics_path):
+            keep_metrics_until(metrics_path, state["step"] if state else -1)
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
     if rows is not None:
@@ -251,56 +329,82 @@ def load_inputs(args, parser, device: str) -> Inputs:
             print(f"note: {differ} of {len(rows)} rows of {args.data} carry another prompt text; "
                   "trained on the one the RL scripts use (common.prompt_text)")
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in eval_problems.items()}
-    return Inputs(task, train, eval_sets, model, tokenizer, model_path, run, state)
-
-
-# ---- The algorithm -------------------------------------------------------------------------------
-def main(argv=None):
-    parser, args = parse_args(argv)
-    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
-    common.setup(args.seed, args.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    inputs = load_inputs(args, parser, device)
-    model, run, train = inputs.model, inputs.run, inputs.train
-    print(f"sft: {common.count_parameters(model) / 1e6:.2f}M parameters, {len(train)} training "
-          f"pairs, run folder {run.dir}")
+                 for n, ps in held_out.items()}
+    print(f"sft: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
+          f"{len(train)} training pairs, run folder {args.out}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_lambda(s, args.warmup, args.steps))
-    step = common.restore(inputs.state, optimizer, run)
-    if inputs.state:
-        scheduler.load_state_dict(inputs.state["scheduler"])
-    engine = common.make_engine(args.engine, model, inputs.tokenizer, inputs.model_path,
-                                seed=args.seed)
-    bar = tqdm(total=args.steps, initial=step, desc="sft", dynamic_ncols=True)
-    with common.StopOnInterrupt() as stop:
-        for step in range(step, args.steps):
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
+    start = 0
+    if state:  # exact resume: the weights, AdamW's moments, the lr schedule, every random stream
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        common.set_rng_state(state["rng"])
+        start = state["step"]
+        print(f"resumed {args.out} at step {start}")
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
+
+    log_file = open(metrics_path, "a")
+    wall = time.time()
+
+    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+        row = {"step": step, "time": round(time.time() - wall, 3), **row}
+        log_file.write(json.dumps(row) + "\n")
+        log_file.flush()
+        shown = [k for k in row if k.startswith("eval") and k.endswith(("accuracy",
+                                                                         "greedy/format_rate"))]
+        if shown:  # the progress line of an evaluation
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in ["loss"] + shown))
+    bar = tqdm(total=args.steps, initial=start, desc="sft", dynamic_ncols=True)
+    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
+
+    def on_ctrl_c(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
+    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        for step in range(start, args.steps):
             # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
             rng = np.random.default_rng([args.seed, step])
             batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]
-            row = sft_step(model, optimizer, scheduler, batch, args, inputs.tokenizer.pad_token_id,
-                           step)
+            row = sft_step(model, optimizer, scheduler, batch, args, tokenizer.pad_token_id,
+                           step)  # Eq. 1
             done = step + 1  # steps taken
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")
-            evaluate = done % args.eval_every == 0 or done == args.steps
-            if evaluate:  # greedy; the last evaluation also samples --eval-k at T = 1
-                model.eval()
-                engine.sync(model)  # vLLM: push the current weights
-                row.update(common.evaluate_sizes(
-                    engine, inputs.task, inputs.eval_sets, max_new_tokens=args.max_new_tokens,
-                    k=args.eval_k if done == args.steps else 0, reward_variant=args.reward))
-                common.report(done, row, ("loss", "greedy/format_rate"))
-            run.log(done, row)
-            if evaluate or stop.requested:
-                common.save_state(run, model, inputs.tokenizer, optimizer, step=done,
-                                  scheduler=scheduler.state_dict())
-            if stop.requested:
+            evaluating = done % args.eval_every == 0 or done == args.steps
+            if evaluating:  # greedy; the last evaluation also samples --eval-k at T = 1
+                row.update(evaluate(engine, model, task, eval_sets, args, done == args.steps))
+            log(done, row)
+            if evaluating or stop:  # atomically: a kill keeps the old checkpoint
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "scheduler": scheduler.state_dict(), "rng": common.rng_state(),
+                         "step": done}
+                torch.save(state, ckpt_path + ".tmp")
+                os.replace(ckpt_path + ".tmp", ckpt_path)
+            if stop:
                 bar.close()
-                common.exit_interrupted("sft.py", run.dir, done)
+                print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
+                      f"sft.py --resume {args.out}", file=sys.stderr)
+                raise SystemExit(130)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
     bar.close()
-    return common.finish(run, model, inputs.tokenizer, engine, None, args.steps)
+    final = os.path.join(args.out, "final")  # the RL scripts' --model, a Hugging Face folder
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
+    engine.close()
+    log_file.close()
+    print(f"done: final model in {final}  ({metrics_path})")
+    return args.out
 
 
 if __name__ == "__main__":

@@ -264,15 +264,10 @@ def test_sft_runs_on_coins(tmp_path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_rl_script_runs_on_coins(script, tiny_path, tmp_path):
-    """...and saves the model as it stands at --snapshots minutes: before its first step, and (the
-    run ends first) its final weights."""
     main = __import__(script).main
-    out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run"),
-                                          "--snapshots", "999,1e-6"])
+    out = main(SMALL + SCRIPTS[script] + ["--model", tiny_path, "--out", str(tmp_path / "run")])
     rows = _metrics(out)
-    snapshots = [json.load(open(os.path.join(out, "snapshots", m, "snapshot.json")))
-                 for m in ("1e-06min", "999min")]
-    assert [s["step"] for s in snapshots] == [0, rows[-1]["step"]] and rows[-1]["step"] > 0
+    assert rows[-1]["step"] > 0
     assert rows and all("eval3/sampled/accuracy" in r for r in rows if "eval3/greedy/accuracy" in r)
     assert any("eval3/greedy/accuracy" in r for r in rows)
     assert os.path.exists(os.path.join(out, "final", "config.json"))

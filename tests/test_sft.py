@@ -63,7 +63,7 @@ def test_end_to_end_run_writes_metrics_checkpoint_and_final_model(tmp_path):
     assert "eval3/greedy/accuracy" in rows[2] and "eval4/sampled/accuracy" in rows[5]
     assert "eval3/sampled/accuracy" not in rows[2]  # periodic evaluations are greedy only
     assert all(r["loss"] > 0 for r in rows) and rows[-1]["loss"] < rows[0]["loss"]
-    assert common.load_trainer_state(os.path.join(out, "checkpoint"))["step"] == 6
+    assert torch.load(os.path.join(out, "checkpoint.pt"), weights_only=False)["step"] == 6
     # what the RL scripts load
     model = AutoModelForCausalLM.from_pretrained(os.path.join(out, "final"))
     assert model.config.prompt_style == "compact"
@@ -139,8 +139,32 @@ def standin_path(tmp_path_factory):
     return hub_standin.build_standin(str(tmp_path_factory.mktemp("standin") / "model"))
 
 
+class _ReachedEngine(Exception):
+    pass
+
+
+def _first_call_until_engine(main, argv, module, name, monkeypatch):
+    """main(argv) run up to its generation engine: the arguments and result of its first call of
+    module.name (the training prompts a script encodes)."""
+    real, calls = getattr(module, name), []
+
+    def spy(*a):
+        calls.append((a, real(*a)))
+        return calls[-1][1]
+
+    def no_engine(*a, **k):
+        raise _ReachedEngine
+    monkeypatch.setattr(module, name, spy)
+    monkeypatch.setattr(common, "make_engine", no_engine)
+    with pytest.raises(_ReachedEngine):
+        main(argv)
+    monkeypatch.setattr(module, name, real)
+    return calls[0]
+
+
 @pytest.mark.parametrize("which", ["tiny", "standin"])
-def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, capsys):
+def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, capsys,
+                                                       monkeypatch):
     """The same problems through sft.py --data and rloo.py --problems give identical prompt ids: the
     RL scripts' prompt (the chat template, if any), not the data file's own prompt text."""
     import rloo
@@ -150,17 +174,16 @@ def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, 
             for p in problems]
     data = write_jsonl(tmp_path / "data.jsonl", rows)
     small = ["--model", path, "--eval-size", "1", "--threads", "1"]
-    parser, args = sft.parse_args(small + ["--data", data, "--batch-size", "2",
-                                           "--out", str(tmp_path / "s")])
-    trained = sft.load_inputs(args, parser, "cpu")
-    parser, args = rloo.parse_args(small + ["--problems", data, "--prompts", "2",
-                                            "--out", str(tmp_path / "r")])
-    rl, _ = rloo.load_inputs(args, parser)
-    assert [ex.prompt for ex in trained.train] == rl.prompts
-    tok = trained.tokenizer
+    (_, _, _, tok, _, _), train = _first_call_until_engine(  # sft.encode_examples
+        sft.main, small + ["--data", data, "--batch-size", "2", "--out", str(tmp_path / "s")],
+        sft, "encode_examples", monkeypatch)
+    _, rl_prompts = _first_call_until_engine(  # common.encode_prompts of the training problems
+        rloo.main, small + ["--problems", data, "--prompts", "2", "--out", str(tmp_path / "r")],
+        common, "encode_prompts", monkeypatch)
+    assert [ex.prompt for ex in train] == rl_prompts
     # not the file's text
     assert all(ex.prompt != tok(r["prompt"], add_special_tokens=False)["input_ids"]
-               for ex, r in zip(trained.train, rows))
+               for ex, r in zip(train, rows))
     assert "2 of 2 rows" in capsys.readouterr().out
 
 
