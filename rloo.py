@@ -61,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     p.add_argument("--k", type=int, default=4,
                    help="samples per prompt (k >= 2); 64 x 4 learned faster per step than 32 x 8 "
-                        "or 16 x 16 with the same 256 completions (commit b27f023)")
+                        "or 16 x 16 with the same 256 completions on the tiny model")
     p.add_argument("--beta", type=common.nonnegative_float, default=0.0,
                    help="KL penalty folded into the reward ([CR]: 0)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
@@ -75,7 +75,7 @@ def parse_args(argv=None):
                    help="with --resample-uniform: at most this many generation rounds a step")
     p.add_argument("--lr", type=common.positive_float, default=6e-5,
                    help="AdamW lr: the fastest of those tried on the tiny model that did not "
-                        "diverge (commit d4f60ab)")
+                        "diverge")
     p.add_argument("--warmup", type=common.nonnegative_int, default=10,
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")

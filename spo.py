@@ -28,8 +28,11 @@ regularises more. The paper's settings (800 samples want a GPU):
 """
 import argparse
 import copy
+import json
 import math
 import os
+import shutil
+import signal
 import sys
 import time
 from typing import NamedTuple
@@ -40,7 +43,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import common
-from tasks import get_task
+from tasks import get_task, problem_sets
+from tasks.files import read_jsonl, write_jsonl
+from tasks.scoring import score
 
 BETA = 1 / math.log(1e5)  # the paper's beta: a failure (r = -1) is worth a likelihood ratio of 1e-5
 
@@ -69,6 +74,8 @@ def parse_args(argv=None):
     add("--train-prompts", type=common.positive_int, default=256, help="training problems a size")
     add("--problems", type=common.problems_source, default=None,
         help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--sizes", type=common.int_list, default=None,
+        help="difficulty levels trained on, e.g. 3,4 (Countdown: numbers); default: task's SIZES")
     add("--q0-samples", type=common.positive_int, default=64,
         help="samples of pi_0 (T = 1) a training problem for Q0_hat (paper: 800; 64 for CPU time)")
     add("--q0-chunk", type=common.positive_int, default=32, help="problems a Q0 cache update")
@@ -80,14 +87,34 @@ def parse_args(argv=None):
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
     add("--top-p", type=common.positive_float, default=1.0, help="nucleus sampling (paper: 0.95)")
+    add("--max-new-tokens", type=common.positive_int, default=64, help="completion budget (tokens)")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
     add("--lr", type=common.positive_float, default=6e-5,
         help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, 005aa1c)")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
-    common.add_run_flags(p, eval_every=75, save_every=50, micro_batch=64, problems=False,
-                         micro_help="trajectories per forward/backward pass: memory only")
+    add("--micro-batch", type=common.positive_int, default=64, help="trajectories a forward pass")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
+        "AdamW state, log-softmax fp32): about half a GPU step's memory")
+    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default=None, help="start model pi_0: a folder, a hub id, or `sft` (the newest "
+        "sft.py run of --task); default: that run, trained first by sft.py where there is none")
+    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; default: SIZES")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
+    add("--eval-every", type=common.positive_int, default=75, help="evaluate every N steps")
+    add("--out", default=None, help="run folder (default runs/spo-TASK-TIME)")
+    add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
+    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop training MIN minutes after the start (then evaluate and save)")
+    add("--seed", type=common.nonnegative_int, default=0)
+    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 
 
@@ -208,8 +235,9 @@ def spo_reward(task, problem: dict, text: str) -> float:
 
 
 def check_args(args, parser) -> tuple:
-    """Flags and files checked before a model is loaded (bad input: one line, exit 2). Returns the
-    task, the training pool (with the offline rows' problems), held-out sets and offline rows."""
+    """Flags, files, the run folder and its checkpoint, checked before a model is loaded (bad input:
+    one line, exit 2): the task, the training pool (and the offline rows' problems), held-out sets,
+    offline rows and the checkpoint's state (None: a fresh start)."""
     try:
         task = get_task(args.task)
         if args.top_p > 1:
@@ -222,32 +250,26 @@ def check_args(args, parser) -> tuple:
                 raise ValueError(f"no such Q0 cache: {args.q0_cache}")
             ref_path = common.resolve_model_path(args.model, task=args.task)
             read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
-        checkpoint = os.path.join(args.resume or "", "checkpoint")
-        if args.resume and os.path.exists(checkpoint) and not common.checkpoint_path(checkpoint):
-            raise ValueError(f"--resume {args.resume}: checkpoint/ lacks trainer_state.pt")
-        sized = argparse.Namespace(**vars(args), train_size=args.train_prompts)  # our --train-size
-        pool, held_out = common.task_problems(task, sized)
+        pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_prompts,
+                                      eval_sizes=args.eval_sizes, eval_size=args.eval_size,
+                                      seed=args.seed, source=args.problems)
         keys = {task.problem_key(p) for p in pool}
         for row in offline:  # offline problems join the pool (each needs its Q0_hat)
             if task.problem_key(row["problem"]) not in keys:
                 keys.add(task.problem_key(row["problem"]))
                 pool.append(row["problem"])
-        return task, pool, held_out, offline
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-
-
-def load_inputs(args, parser):
-    """check_args, then the models and prompts, fit_offline's rows and the run folder."""
-    task, pool, held_out, offline_rows = check_args(args, parser)
-    try:
-        inputs = common.load_inputs("spo", args, task, pool, held_out,
-                                    ("step", "optimizer", "schedule", "rng"), required=False)
-        offline = fit_offline(offline_rows, inputs, args.max_new_tokens)
-        if not offline[0] and args.online_fraction < 1.0:
-            raise ValueError(f"--offline-data {args.offline_data}: every row stopped unfinished "
-                             f"before --max-new-tokens {args.max_new_tokens}")
-        return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
+        args.out = args.out or time.strftime(f"runs/spo-{args.task}-%Y%m%d-%H%M%S")
+        if not args.resume and os.path.exists(os.path.join(args.out, "metrics.jsonl")):
+            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                             f"{args.out} or another --out")
+        ckpt_path, state = os.path.join(args.out, "checkpoint.pt"), None
+        if args.resume and os.path.exists(ckpt_path):  # none: stopped before its first save
+            try:  # the whole state of the run at its last checkpoint, one dict (see main)
+                state = torch.load(ckpt_path, weights_only=False)
+            except Exception as e:  # a truncated or foreign file: torch raises many kinds
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
+                                 f"({type(e).__name__})") from None
+        return task, pool, held_out, offline, state
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
 
@@ -260,32 +282,32 @@ def q0_made_with(args, ref_path: str) -> dict:
 
 
 def read_q0_cache(path: str, made_with: dict) -> dict:
-    """{problem key: row} of a q0.jsonl file; UsageError naming the line of a bad or foreign row."""
+    """{problem key: row} of a q0.jsonl file; ValueError naming the line of a bad or foreign row."""
     table = {}
-    for n, row in enumerate(common.read_jsonl(path, "Q0 cache"), 1):
+    for n, row in enumerate(read_jsonl(path, "Q0 cache"), 1):
         wins = row.get("successes")
         if not isinstance(row.get("key"), str) or not isinstance(wins, int) or \
                 not 0 <= wins <= made_with["samples"]:
-            raise common.UsageError(f"{path}:{n}: expected a Q0 row with 'key' and 'successes' in "
-                                    f"[0, {made_with['samples']}]")
+            raise ValueError(f"{path}:{n}: expected a Q0 row with 'key' and 'successes' in "
+                             f"[0, {made_with['samples']}]")
         other = {k: row.get(k) for k in made_with if row.get(k) != made_with[k]}
         if other:
-            raise common.UsageError(f"{path}:{n}: made with {other}, this run has "
-                                    f"{ {k: made_with[k] for k in other} }: not reused")
+            raise ValueError(f"{path}:{n}: made with {other}, this run has "
+                             f"{ {k: made_with[k] for k in other} }: not reused")
         table[row["key"]] = row
     return table
 
 
-def q0_hat(engine, inputs: common.Inputs, run: common.Run, args, stop) -> torch.Tensor:
+def q0_hat(engine, task, pool, prompts, ref_model, args, stop) -> torch.Tensor:
     """Q0_hat [P] of the pool (§3.1.3) from --q0-samples samples of pi_0 at temperature 1 where
     neither --q0-cache nor RUN/q0.jsonl has them, rewritten after each chunk; chunk j has its own
     seed, so a killed estimate resumes with the same draws. Ctrl-C stops after a chunk."""
-    task, pool, cache_file = inputs.task, inputs.pool, run.path("q0.jsonl")
+    cache_file = os.path.join(args.out, "q0.jsonl")
     made_with = q0_made_with(args, args.model_path)
     table = read_q0_cache(args.q0_cache, made_with) if args.q0_cache is not None else {}
     if os.path.exists(cache_file):  # this run's own, from before it was stopped
         table.update(read_q0_cache(cache_file, made_with))
-    engine.sync(inputs.ref_model)  # sample pi_0 itself
+    engine.sync(ref_model)  # sample pi_0 itself
     keys = [task.problem_key(p) for p in pool]
     chunks = range(0, len(pool), args.q0_chunk)
     for j, start in enumerate(tqdm(chunks, desc="Q0 estimate", dynamic_ncols=True)):
@@ -295,15 +317,17 @@ def q0_hat(engine, inputs: common.Inputs, run: common.Run, args, stop) -> torch.
             continue
         sc = common.SamplingConfig(n=args.q0_samples, max_new_tokens=args.max_new_tokens,
                                    temperature=1.0, seed=args.seed * 1_000_003 + j)
-        for i, group in zip(todo, engine.generate([inputs.prompts[i] for i in todo], sc)):
+        for i, group in zip(todo, engine.generate([prompts[i] for i in todo], sc)):
             wins = sum(task.is_correct(pool[i], s.text) for s in group)
             table[keys[i]] = {"key": keys[i], "successes": wins, **made_with}
-        common.write_jsonl_atomic(cache_file, list(table.values()))
-        if stop.requested:
+        write_jsonl(cache_file, list(table.values()))  # atomically: a kill keeps the old
+        if stop:
             break
-    common.write_jsonl_atomic(cache_file, list(table.values()))
-    if stop.requested:
-        common.exit_interrupted("spo.py", run.dir, 0)
+    write_jsonl(cache_file, list(table.values()))
+    if stop:
+        print(f"interrupted during the Q0 estimate; {cache_file} saved. Resume with: python "
+              f"spo.py --resume {args.out}", file=sys.stderr)
+        raise SystemExit(130)
     counts = torch.tensor([table[key]["successes"] for key in keys])
     return q0_from_successes(counts, torch.full_like(counts, args.q0_samples), args.beta).float()
 
@@ -312,28 +336,27 @@ def read_offline(path: str, task) -> list[dict]:
     """Offline trajectories: JSON lines with the task's problem fields, "completion" and optionally
     "finished" (default true). Rewards are scored from the text, never read from the file."""
     rows = []
-    for n, row in enumerate(common.read_jsonl(path, "offline data file"), 1):
+    for n, row in enumerate(read_jsonl(path, "offline data file"), 1):
         try:
             problem = task.problem_from_row(row)
         except ValueError as e:
-            raise common.UsageError(f"{path}:{n}: {e}") from None
+            raise ValueError(f"{path}:{n}: {e}") from None
         finished = row.get("finished", True)
         if not isinstance(row.get("completion"), str) or not isinstance(finished, bool):
-            raise common.UsageError(f"{path}:{n}: expected 'completion' (a string) and optionally "
-                                    "'finished' (true or false)")
+            raise ValueError(f"{path}:{n}: expected 'completion' (a string) and optionally "
+                             "'finished' (true or false)")
         rows.append({"problem": problem, "completion": row["completion"], "finished": finished})
     if not rows:
-        raise common.UsageError(f"offline data file {path} holds no trajectories")
+        raise ValueError(f"offline data file {path} holds no trajectories")
     return rows
 
 
-def fit_offline(rows: list[dict], inputs: common.Inputs, max_new_tokens: int):
+def fit_offline(rows: list[dict], task, pool, prompts, tokenizer, max_new_tokens: int):
     """Offline rows as the sampler would have made them with --max-new-tokens M: the first M tokens,
     EOS appended if the row finished and EOS fits within M, r scored on the kept text (a solution
     cut short fails, as a sample would); a row that stopped unfinished before M (a smaller budget)
     is dropped. Returns (the kept rows as Trajectories, rows cut, rows dropped)."""
-    task, tokenizer = inputs.task, inputs.tokenizer
-    index = {task.problem_key(p): i for i, p in enumerate(inputs.pool)}
+    index = {task.problem_key(p): i for i, p in enumerate(pool)}
     kept, cut, dropped = [], 0, 0
     for row in rows:
         ids = tokenizer(row["completion"], add_special_tokens=False)["input_ids"]
@@ -344,17 +367,16 @@ def fit_offline(rows: list[dict], inputs: common.Inputs, max_new_tokens: int):
         cut += not fits and len(ids) + row["finished"] > max_new_tokens
         ids = ids if fits else ids[:max_new_tokens]
         i = index[task.problem_key(row["problem"])]
-        r = spo_reward(task, inputs.pool[i], tokenizer.decode(ids, skip_special_tokens=True))
+        r = spo_reward(task, pool[i], tokenizer.decode(ids, skip_special_tokens=True))
         ids = ids + [tokenizer.eos_token_id] if fits else ids
-        kept.append(Trajectory(inputs.prompts[i], ids, r, i, False))
+        kept.append(Trajectory(prompts[i], ids, r, i, False))
     return kept, cut, dropped
 
 
-def draw_batch(engine, inputs: common.Inputs, offline: list[Trajectory], step: int, args):
+def draw_batch(engine, task, pool, prompts, offline: list[Trajectory], step: int, args):
     """This step's trajectories and temperature ~ U(lo, hi), seeded by (seed, step): the sampler's
     for round(online_fraction * batch_size / samples_per_prompt) prompts, then uniform draws of
     the offline rows for the rest of the batch."""
-    pool, prompts = inputs.pool, inputs.prompts
     rng = np.random.default_rng([args.seed, step])
     n_prompts = round(args.online_fraction * args.batch_size / args.samples_per_prompt)
     n_prompts = min(len(pool), n_prompts)
@@ -365,15 +387,15 @@ def draw_batch(engine, inputs: common.Inputs, offline: list[Trajectory], step: i
         sc = common.SamplingConfig(n=args.samples_per_prompt, max_new_tokens=args.max_new_tokens,
                                    temperature=temperature, top_p=args.top_p)
         for i, group in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
-            batch += [Trajectory(prompts[i], s.ids, spo_reward(inputs.task, pool[i], s.text),
-                                 int(i), True) for s in group]
+            batch += [Trajectory(prompts[i], s.ids, spo_reward(task, pool[i], s.text), int(i), True)
+                      for s in group]
     if offline:
         for j in rng.choice(len(offline), max(0, args.batch_size - len(batch)), replace=True):
             batch.append(offline[j])
     return batch, temperature
 
 
-# ---- One optimizer step, evaluation, and the loop ------------------------------------------------
+# ---- One optimizer step, and evaluation ----------------------------------------------------------
 def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_all: torch.Tensor,
              args, step: int, pad_id: int) -> dict:
     """One optimizer step on the SPO loss of `batch` (Eqs. 11-13, §3.1.2), micro-batched; a loss or
@@ -400,8 +422,11 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
         q_ts.append(q_t.detach())
         kls.append(((logprobs.detach() - ref_lp) * mask).sum(-1))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    common.check_finite(step + 1, "--lr too large, or --beta too small for Q/beta", loss=loss_sum,
-                        grad_norm=grad_norm)
+    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # stop before the update
+        print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+              "weights not updated, the last checkpoint is the last good state. Likely cause: --lr "
+              "too large, or --beta too small for Q/beta", file=sys.stderr)
+        raise SystemExit(1)
     optimizer.step()
     schedule.step()
     model.eval()
@@ -416,87 +441,179 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
             "lr": schedule.get_last_lr()[0], "samples": len(batch)}
 
 
-def restore(state: dict | None, optimizer, schedule, sampler, run: common.Run) -> int:
-    """common.restore, then the lr schedule and the sampler as a checkpoint left them."""
-    step = common.restore(state, optimizer, run)
-    if state:
-        schedule.load_state_dict(state["schedule"])
-        if state.get("sampler") is not None:  # the sampler lagged the policy at the checkpoint
-            sampler.load_state_dict(state["sampler"])
-    return step
-
-
-def evaluate(engine, inputs: common.Inputs, sampler, args, step: int) -> dict:
-    """Held-out metrics of the current weights, printed; the engine then holds the sampler's."""
-    engine.sync(inputs.model)
-    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
-                                    max_new_tokens=args.max_new_tokens)
+def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
+    """Held-out metrics of the policy per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one
+    greedy completion and --eval-k samples at T = 1 (seed 0: every checkpoint meets the same random
+    numbers) a problem. The engine then holds the sampler's weights again."""
+    engine.sync(model)
+    metrics = {}
+    for n, (problems, prompts) in eval_sets.items():
+        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
+                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
+                                                           seed=0))]:
+            groups = engine.generate(prompts, sc)
+            metrics.update(score(task, problems, groups, mode, prefix=f"eval{n}/"))
     engine.sync(sampler)
-    common.report(step, metrics, (f"pass@{args.eval_k}",))
     return metrics
+
+
+# ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
+def resumed_args(args, parser):
+    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
+    began; flags added since take their defaults, and another script's run is refused."""
+    try:
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        parser.error(f"--resume {args.resume}: no readable config.json there")
+    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags spo.py does not know "
+                     f"({', '.join(foreign[:5])}): another script's run")
+    saved["model"] = saved.pop("model_path")  # the model it started from, not a newer `sft`
+    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def keep_metrics_until(path: str, step: int) -> None:
+    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
+    torn by a kill mid-write."""
+    with open(path) as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
-    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
+    if args.resume is not None:
+        args = resumed_args(args, parser)
     common.setup(args.seed, args.threads)
-    inputs, (offline, cut, dropped), run = load_inputs(args, parser)
-    model, tokenizer = inputs.model, inputs.tokenizer
+    # Every input is checked before anything long starts: bad input is one line and exit 2.
+    task, pool, held_out, offline_rows, state = check_args(args, parser)
+    try:
+        args.model_path = common.resolve_model_path(args.model, task=args.task)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer = common.load_model(args.model_path, device=device,
+                                             grad_checkpoint=args.grad_checkpoint)
+        ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
+        style = common.prompt_style(model, tokenizer)
+        prompts = common.encode_prompts(task, pool, tokenizer, style)
+        offline, cut, dropped = fit_offline(offline_rows, task, pool, prompts, tokenizer,
+                                            args.max_new_tokens)
+        if not offline and args.online_fraction < 1.0:
+            raise ValueError(f"--offline-data {args.offline_data}: every row stopped unfinished "
+                             f"before --max-new-tokens {args.max_new_tokens}")
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
+                 for n, ps in held_out.items()}
     sampler = copy.deepcopy(model).eval().requires_grad_(False)  # lags the policy (§3.2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then constant
         optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    step = restore(inputs.state, optimizer, schedule, sampler, run)
-    engine = common.make_engine(args.engine, sampler, tokenizer, inputs.ckpt or args.model_path,
-                                seed=args.seed)
-    with common.StopOnInterrupt() as stop:
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
+    metrics_path = os.path.join(args.out, "metrics.jsonl")
+    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+    if os.path.exists(metrics_path):
+        keep_metrics_until(metrics_path, state["step"] if state else -1)
+    start = 0
+    if state:  # exact resume: the weights, the sampler's, AdamW, lr schedule, RNGs, the step
+        model.load_state_dict(state["model"])
+        sampler.load_state_dict(state["sampler"] or state["model"])  # None: it held the policy's
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        common.set_rng_state(state["rng"])
+        start = state["step"]
+        print(f"resumed {args.out} at step {start}")
+    engine = common.make_engine(args.engine, sampler, tokenizer, args.model_path, seed=args.seed)
+
+    log_file = open(metrics_path, "a")
+    wall = time.time()
+
+    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+        row = {"step": step, "time": round(time.time() - wall, 3), **row}
+        log_file.write(json.dumps(row) + "\n")
+        log_file.flush()
+        shown = [k for k in row if k.startswith("eval") and ("accuracy" in k or "pass@" in k)]
+        if shown:  # the progress line of an evaluation
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
+
+    def on_ctrl_c(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
+    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
         t_q0 = time.perf_counter()
-        q0_all = q0_hat(engine, inputs, run, args, stop)  # §3.1.3, once
+        q0_all = q0_hat(engine, task, pool, prompts, ref_model, args, stop)  # §3.1.3, once
         t_q0 = time.perf_counter() - t_q0
         engine.sync(sampler)
-        print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}"
-              f" at step {step}, engine {engine.name}, objective {args.objective}/{args.loss}, "
-              f"beta={args.beta:.4f}, {len(inputs.pool)} problems (Q0_hat mean "
-              f"{q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped), "
-              f"run {run.dir}")
-        if step == 0:
-            run.log(0, {**evaluate(engine, inputs, sampler, args, 0), "time_q0": t_q0,
-                        "offline_cut": cut, "offline_dropped": dropped})
-        bar = tqdm(total=args.steps, initial=step, desc="spo", dynamic_ncols=True)
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"spo: {n_params / 1e6:.2f}M parameters from {args.model_path} at step {start}, "
+              f"engine {engine.name}, objective {args.objective}/{args.loss}, beta={args.beta:.4f},"
+              f" {len(pool)} problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline "
+              f"rows ({cut} cut, {dropped} dropped), run {args.out}")
+        if start == 0:
+            log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": t_q0,
+                    "offline_cut": cut, "offline_dropped": dropped})
+        bar = tqdm(total=args.steps, initial=start, desc="spo", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
-        snapshots = common.Snapshots(args.snapshots, started, run.dir)
-        done = step  # optimizer steps taken
-        for step in range(step, args.steps):
-            snapshots.take(model, tokenizer, step)
+        done = start  # optimizer steps taken
+        for step in range(start, args.steps):
             t0 = time.perf_counter()
             if step % args.model_update_interval == 0:  # refresh the sampler (§3.2)
                 sampler.load_state_dict(model.state_dict())
                 engine.sync(sampler)
-            batch, temperature = draw_batch(engine, inputs, offline, step, args)
+            batch, temperature = draw_batch(engine, task, pool, prompts, offline, step, args)
             t_gen = time.perf_counter() - t0
-            row = spo_step(model, inputs.ref_model, optimizer, schedule, batch, q0_all, args, step,
-                           tokenizer.pad_token_id)
+            row = spo_step(model, ref_model, optimizer, schedule, batch, q0_all, args, step,
+                           tokenizer.pad_token_id)  # Eqs. 11-13, §3.1.2
             done = step + 1
             row.update(temperature=temperature, sampler_age=step % args.model_update_interval,
                        time_generate=t_gen, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, inputs, sampler, args, done))
-            run.log(done, row)
+                row.update(evaluate(engine, model, sampler, task, eval_sets, args))
+            log(done, row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
-            if done % args.save_every == 0 or last or stop.requested:
-                lagging = sampler.state_dict() if done % args.model_update_interval else None
-                common.save_state(run, model, tokenizer, optimizer, step=done,
-                                  schedule=schedule.state_dict(), sampler=lagging)
-            if stop.requested:
+            if done % args.save_every == 0 or last or stop:  # atomically: a kill keeps the old
+                lagging = done % args.model_update_interval != 0  # the sampler is not the policy
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "schedule": schedule.state_dict(), "rng": common.rng_state(), "step": done,
+                         "sampler": sampler.state_dict() if lagging else None}
+                torch.save(state, ckpt_path + ".tmp")
+                os.replace(ckpt_path + ".tmp", ckpt_path)
+            if stop:
                 bar.close()
-                common.exit_interrupted("spo.py", run.dir, done)
+                print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
+                      f"spo.py --resume {args.out}", file=sys.stderr)
+                raise SystemExit(130)
             if last:
                 break
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
     bar.close()
-    return common.finish(run, model, tokenizer, engine, snapshots, done)
+    final = os.path.join(args.out, "final")  # the next script's --model, a Hugging Face folder
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
+    engine.close()
+    log_file.close()
+    print(f"done: final model in {final}  ({metrics_path})")
+    return args.out
 
 
 if __name__ == "__main__":
