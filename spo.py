@@ -403,7 +403,7 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    loss_sum, q_ts, kls = 0.0, [], []
+    loss_sum, q_ts, log_ratios = 0.0, [], []
     for start in range(0, len(batch), args.micro_batch):
         mb = batch[start:start + args.micro_batch]
         prompts, completions = [t.prompt for t in mb], [t.ids for t in mb]
@@ -420,7 +420,7 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
         loss.backward()
         loss_sum += loss.item()
         q_ts.append(q_t.detach())
-        kls.append(((logprobs.detach() - ref_lp) * mask).sum(-1))
+        log_ratios.append(((logprobs.detach() - ref_lp) * mask).sum(-1))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # stop before the update
         print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
@@ -435,7 +435,9 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
     return {"loss": loss_sum, "accuracy": float((r_all == 0).float().mean()),
             "online_accuracy": float(np.mean(online)) if online else None,
             "q_t": q_t.mean().item(), "q_t_error": (q_t - r_all).abs().mean().item(),
-            "kl": torch.cat(kls).mean().item(),
+            # mean log pi(y|x) - log pi_ref(y|x) over the batch's trajectories: tempered, lagging
+            # and offline ones alike, so not KL(pi || pi_ref), which needs y ~ pi at T = 1
+            "log_ratio_ref": torch.cat(log_ratios).mean().item(),
             "length": float(np.mean([len(t.ids) for t in batch])),
             "online_share": float(np.mean([t.online for t in batch])), "grad_norm": grad_norm,
             "lr": schedule.get_last_lr()[0], "samples": len(batch)}
