@@ -38,18 +38,22 @@ Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
 """
 import argparse
+import json
 import math
 import os
+import shutil
+import signal
 import sys
 import time
-from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task
+from tasks import get_task, problem_sets
+from tasks.files import read_jsonl, write_jsonl
+from tasks.scoring import score
 
 # [TOPR] Table 1: truncation limits (a+, b+, a-, b-) of each named method.
 LIMITS = {
@@ -62,7 +66,8 @@ LIMITS = {
 # +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
 # --report-variant: [CR]'s TOPR setting (§4.1: 1,000 completions of the SFT model at T = 0.15,
-# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 (Eq. 4).
+# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 (Eq. 4:
+# default_baseline's for these rewards; scripts/topr_report.py passes them with pm1 and B too).
 # The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on data sampled from A's model.
 REPORT_SETTING = {"c": 0.0, "split": 1.0, "iterations": 1, "prompts": 1000, "n": 1, "epochs": 2,
                   "batch_size": 32, "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq",
@@ -163,7 +168,7 @@ def negative_share(rewards, c: float, split: float) -> float:
     return float(np.mean(np.asarray(rewards, dtype=float) - c < split))
 
 
-# ---- Flags and inputs ----------------------------------------------------------------------------
+# ---- Flags ---------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # the data (Algorithm 1, first lines)
@@ -171,8 +176,7 @@ def parse_args(argv=None):
                    help="JSONL of samples to train on instead of the first iteration's samples")
     p.add_argument("--iterations", type=common.positive_int, default=6,
                    help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
-    p.add_argument("--prompts", type=common.positive_int, default=500,
-                   help="training prompts an iteration")
+    p.add_argument("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
     p.add_argument("--n", type=common.positive_int, default=8, help="completions per prompt")
     p.add_argument("--temperature", type=common.positive_float, default=1.0,
                    help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
@@ -184,29 +188,63 @@ def parse_args(argv=None):
     # the loss
     p.add_argument("--loss", choices=list(LIMITS), default="topr",
                    help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
-    p.add_argument("--reward", default=PM1,
-                   help="pm1 (+1 correct, -1 otherwise), a task variant (original, A, B), or A+B "
-                        "(A for the first half of all epochs, then B)")
-    p.add_argument("--c", type=common.finite_float, default=None,
-                   help="baseline, trained on R - c (Eqs. 9-10): -0.8 with pm1 (-0.9 ended level "
-                        "with it), 0 with the task's rewards ([CR] Eq. 4)")
+    p.add_argument("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise), a task variant "
+                   "(original, A, B), or A+B (A for the first half of all epochs, then B)")
+    p.add_argument("--c", type=common.finite_float, default=None, help="baseline, trained on R - "
+                   "c (Eqs. 9-10): -0.8 with pm1 (-0.9 ended level with it), 0 with the task's "
+                   "rewards ([CR] Eq. 4)")
     p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
                    help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
     p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
-                   help="seq/len: each LP divided by its length ([TOPR]); seq: sums; token: over "
-                        "all tokens")
+                   help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
     p.add_argument("--epochs", type=common.positive_int, default=1,
                    help="passes over each iteration's data")
     p.add_argument("--batch-size", type=common.positive_int, default=64,
-                   help="samples per optimizer step")
-    p.add_argument("--lr", type=common.positive_float, default=5e-5,
-                   help="AdamW lr, constant ([TOPR]): the best of 1e-4, 5e-5, 3e-5 on the tiny "
-                        "model (docs/RESULTS-topr-report.md)")
+                   help="samples an optimizer step")
+    p.add_argument("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant "
+                   "([TOPR]): the best of 1e-4, 5e-5, 3e-5 on the tiny model "
+                   "(docs/RESULTS-topr-report.md)")
     p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
                    help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
-    common.add_run_flags(p, eval_every=0, save_every=100, micro_batch=64,
-                         micro_help="samples per forward/backward pass: memory only",
-                         eval_help="also evaluate every N steps (0: after each iteration only)")
+    p.add_argument("--micro-batch", type=common.positive_int, default=64,
+                   help="samples a forward/backward pass: memory only")
+    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
+                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each layer's activations in backward: far less memory")
+    # the problems, the model, generation and evaluation
+    p.add_argument("--task", default="countdown", help="task module in tasks/")
+    p.add_argument("--model", default=None, help="start model, the first mu: a folder, a hub id, "
+                   "or `sft` (the newest sft.py run of --task); default: that run, trained first "
+                   "with sft.py's defaults where there is none")
+    p.add_argument("--problems", type=common.problems_source, default=None,
+                   help="training problems from a JSONL file, `hub` or a hub dataset id")
+    p.add_argument("--train-size", type=common.positive_int, default=20000,
+                   help="training problems a size")
+    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
+                   "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
+    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
+                   help="completion budget in tokens, EOS included")
+    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    p.add_argument("--eval-sizes", type=common.int_list, default=None,
+                   help="held-out difficulty levels; default: the task's SIZES")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems a size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8,
+                   help="samples a held-out problem at temperature 1")
+    p.add_argument("--eval-every", type=common.nonnegative_int, default=0,
+                   help="also evaluate every N steps (0: after each iteration only)")
+    # the run
+    p.add_argument("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
+    p.add_argument("--save-every", type=common.positive_int, default=100,
+                   help="checkpoint every N steps (and after every epoch)")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start (then evaluate and save)")
+    p.add_argument("--seed", type=common.nonnegative_int, default=0)
+    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults
         p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
@@ -216,52 +254,6 @@ def parse_args(argv=None):
     c, split = default_baseline(args.reward)  # the reward's baseline and split, unless given
     p.set_defaults(c=c, split=split)
     return p, p.parse_args(argv)
-
-
-class Position(NamedTuple):
-    """Where a checkpoint stands: the next step's iteration, epoch and batch; steps done."""
-    iteration: int
-    epoch: int
-    batch: int
-    step: int
-
-
-def load_inputs(args, parser) -> tuple[common.Inputs, dict, common.Run]:
-    """The run's inputs (common.load_inputs; no reference model: TOPR has no KL term) and the
-    samples already on hand, by iteration: --data for the first, the data file of the iteration a
-    resumed run stopped in. Bad input: one line and exit status 2, before the run folder is made."""
-    try:
-        task = get_task(args.task)
-        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
-        if args.reward not in variants:
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
-        if args.report_variant and args.reward != args.report_variant:
-            raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
-                             f"not --reward {args.reward}")
-        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
-            raise ValueError("--reward A+B needs the task's variants A and B")
-        if args.top_p == 0:
-            raise ValueError("--top-p must be in (0, 1], got 0")
-        if args.data:  # checked before a model is loaded, or sft.py run to make one
-            read_rows(args.data, task)
-        pool, held_out = common.task_problems(task, args)
-        inputs = common.load_inputs("topr", args, task, pool, held_out,
-                                    Position._fields + ("optimizer", "rng"), ref=False)
-        data, model, tokenizer = {}, inputs.model, inputs.tokenizer
-        if args.data:
-            data[0] = read_rows(args.data, task, tokenizer, inputs.style)
-            if any("lp_mu" not in r for r in data[0]):  # mu: the start model at T = 1, never
-                # the checkpoint resumed from
-                mu = common.load_model(args.model_path, device=model.device)[0] if inputs.ckpt \
-                    else model
-                fill_lp_mu(data[0], mu, tokenizer.pad_token_id, args.micro_batch, args.bf16)
-        it = inputs.state["iteration"] if inputs.state else 0
-        own = os.path.join(args.out, f"data-{it}.jsonl")
-        if inputs.ckpt and it not in data and os.path.exists(own):
-            data[it] = read_rows(own, task, tokenizer, inputs.style)
-        return inputs, data, common.Run(args.out, vars(args), resume=bool(args.resume))
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
 
 
 # ---- Data: rewards, generation, files, selection -------------------------------------------------
@@ -305,24 +297,22 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
 def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list[dict]:
     """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids` and
     `completion_ids` are used when present (else the prompt is rebuilt and the text tokenized, EOS
-    appended unless `finished` is false); a missing `lp_mu` is filled by fill_lp_mu. UsageError
+    appended unless `finished` is false); a missing `lp_mu` is filled by fill_lp_mu. ValueError
     naming the file and line if anything is wrong. Without a tokenizer: checked, not tokenized."""
     rows = []
-    for i, r in enumerate(common.read_jsonl(path, "--data file"), 1):
+    for i, r in enumerate(read_jsonl(path, "--data file"), 1):
         if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
-            raise common.UsageError(f"{path}:{i}: needs a `problem` object and a `completion` "
-                                    "string")
+            raise ValueError(f"{path}:{i}: needs a `problem` object and a `completion` string")
         try:
             r["problem"] = task.problem_from_row(r["problem"])
         except ValueError as e:
-            raise common.UsageError(f"{path}:{i}: `problem` is not a {task.NAME} problem ({e})") \
-                from None
+            raise ValueError(f"{path}:{i}: `problem` is not a {task.NAME} problem ({e})") from None
         lp_mu = r.get("lp_mu", 0.0)
         if not (isinstance(lp_mu, (int, float)) and math.isfinite(lp_mu)):
-            raise common.UsageError(f"{path}:{i}: lp_mu must be a finite number")
+            raise ValueError(f"{path}:{i}: lp_mu must be a finite number")
         for key in ("prompt_ids", "completion_ids"):
             if key in r and not (isinstance(r[key], list) and all(type(t) is int for t in r[key])):
-                raise common.UsageError(f"{path}:{i}: {key} must be a list of token ids")
+                raise ValueError(f"{path}:{i}: {key} must be a list of token ids")
         r["grade"] = task.grade(r["problem"], r["completion"])
         r.setdefault("prompt_index", task.problem_key(r["problem"]))
         rows.append(r)
@@ -335,7 +325,7 @@ def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list
             ids = tokenizer(r["completion"], add_special_tokens=False)["input_ids"]
             r["completion_ids"] = ids + eos
     if not rows:
-        raise common.UsageError(f"--data {path} holds no samples")
+        raise ValueError(f"--data {path} holds no samples")
     return rows
 
 
@@ -351,27 +341,6 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: boo
                                                   bf16=bf16)
             for r, v in zip(part, (lp * mask).sum(-1).tolist()):
                 r.setdefault("lp_mu", v)
-
-
-def iteration_data(it: int, inputs: common.Inputs, data: dict, run, engine, args) -> list[dict]:
-    """The samples of iteration `it`: already on hand (--data, a resumed file), or fresh from
-    mu = pi_{it-1}, written atomically to RUN/data-IT.jsonl (a half file is never trusted on
-    --resume). They depend on (seed, iteration) only."""
-    if it in data:
-        return data.pop(it)
-    t0 = time.perf_counter()
-    inputs.model.eval()
-    engine.sync(inputs.model)
-    torch.manual_seed(args.seed * 1009 + it)
-    rng = np.random.default_rng([args.seed, it])
-    idx = rng.choice(len(inputs.pool), min(args.prompts, len(inputs.pool)), replace=False)
-    variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
-    rows = generate_rows(engine, inputs.task, [inputs.pool[i] for i in idx],
-                         [inputs.prompts[i] for i in idx], inputs.tokenizer, args, it, variant)
-    common.write_jsonl_atomic(run.path(f"data-{it}.jsonl"), rows)
-    tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
-               f"{time.perf_counter() - t0:.1f}s")
-    return rows
 
 
 def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator) -> list[dict]:
@@ -422,8 +391,9 @@ def epoch_rewards(data: list[dict], it: int, epoch: int, task, args,
 def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, pad_id: int,
               step: int) -> dict:
     """One optimizer step of Algorithm 1 on a minibatch, in micro-batches of --micro-batch (the same
-    gradient). Stops the run (exit 1) before optimizer.step() if the loss or gradient is not finite.
-    Returns the step's metrics."""
+    gradient). Stops the run (exit 1) before optimizer.step() if the loss or gradient is not finite:
+    the weights are untouched, so the last checkpoint on disk is the last good state. Returns the
+    step's metrics."""
     limits = LIMITS[args.loss]
     device = next(model.parameters()).device
     model.train()
@@ -449,7 +419,12 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
         lws.append((logprobs.detach() * mask).sum(-1) - lp_mu)
         positives.append((r - args.c) >= args.split)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    common.check_finite(step, NAN_HINT, loss=loss_sum, grad_norm=grad_norm)
+    bad = [f"{k}={v}" for k, v in (("loss", loss_sum), ("grad_norm", grad_norm))
+           if not math.isfinite(v)]
+    if bad:
+        print(f"error: step {step}: non-finite {', '.join(bad)}; weights not updated, the last "
+              f"checkpoint is the last good state. Likely cause: {NAN_HINT}", file=sys.stderr)
+        raise SystemExit(1)
     optimizer.step()
     lw, pos = torch.cat(lws), torch.cat(positives)
     alpha = truncated_ratio(lw, pos, *limits)
@@ -464,40 +439,178 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
             "grad_norm": grad_norm, "samples": len(batch)}
 
 
-def evaluate(engine, inputs: common.Inputs, args, step: int) -> dict:
-    """Held-out accuracy and reward per size (common.evaluate: greedy, --eval-k samples at T=1)."""
-    inputs.model.eval()
-    variant = None if args.reward in (PM1, "A+B") else args.reward  # None: the task's first
-    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
-                                    max_new_tokens=args.max_new_tokens, reward_variant=variant)
-    common.report(step, metrics)
+# ---- Evaluation ----------------------------------------------------------------------------------
+def evaluate(engine, model, task, eval_sets, args) -> dict:
+    """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
+    completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
+    meets the same random numbers. Reward: the variant trained on; the task's first with pm1 or
+    A+B."""
+    model.eval()
+    engine.sync(model)  # the weights trained so far (the engine samples mu = pi_{it-1} otherwise)
+    variant = None if args.reward in (PM1, "A+B") else args.reward
+    metrics = {}
+    for n, (problems, prompts) in eval_sets.items():
+        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
+                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
+                                                           seed=0))]:
+            groups = engine.generate(prompts, sc)
+            metrics.update(score(task, problems, groups, mode, variant, prefix=f"eval{n}/"))
     return metrics
+
+
+# ---- The run: inputs, Algorithm 1's loops, metrics, checkpoint and resume ------------------------
+def resumed_args(args, parser):
+    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
+    began; flags added since take their defaults, and another script's run is refused."""
+    try:
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        parser.error(f"--resume {args.resume}: no readable config.json there")
+    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags topr.py does not know "
+                     f"({', '.join(foreign[:5])}): another script's run")
+    saved["model"] = saved.pop("model_path")  # the model it started from, not a newer `sft`
+    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def keep_metrics_until(path: str, step: int) -> None:
+    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
+    torn by a kill mid-write."""
+    with open(path) as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
-    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
+    if args.resume is not None:
+        args = resumed_args(args, parser)
     common.setup(args.seed, args.threads)
-    inputs, data, run = load_inputs(args, parser)
-    model, tokenizer, task = inputs.model, inputs.tokenizer, inputs.task
+    # Every input is checked before anything long starts: bad input is one line and exit 2.
+    try:
+        task = get_task(args.task)
+        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
+        if args.reward not in variants:
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
+        if args.report_variant and args.reward != args.report_variant:
+            raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
+                             f"not --reward {args.reward}")
+        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
+            raise ValueError("--reward A+B needs the task's variants A and B")
+        if args.top_p == 0:
+            raise ValueError("--top-p must be in (0, 1], got 0")
+        if args.data:  # checked before a model is loaded, or sft.py run to make one
+            read_rows(args.data, task)
+        pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
+                                      eval_sizes=args.eval_sizes, eval_size=args.eval_size,
+                                      seed=args.seed, source=args.problems)
+        args.out = args.out or time.strftime(f"runs/topr-{args.task}-%Y%m%d-%H%M%S")
+        metrics_path = os.path.join(args.out, "metrics.jsonl")
+        ckpt_path = os.path.join(args.out, "checkpoint.pt")
+        if not args.resume and os.path.exists(metrics_path):
+            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                             f"{args.out} or another --out")
+        state = None
+        if args.resume:
+            try:  # the whole state of the run at its last checkpoint, one dict (see below)
+                state = dict(torch.load(ckpt_path, weights_only=False))
+            except FileNotFoundError:
+                raise ValueError(f"--resume {args.resume}: no checkpoint to resume from") from None
+            except Exception as e:  # a truncated or foreign file: torch raises many kinds
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
+                                 f"({type(e).__name__})") from None
+            missing = sorted({"model", "optimizer", "rng", "step", "next"} - set(state))
+            if missing:
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
+        args.model_path = common.resolve_model_path(args.model, task=args.task)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer = common.load_model(args.model_path, device=device,
+                                             grad_checkpoint=args.grad_checkpoint)
+        style = common.prompt_style(model, tokenizer)
+        # samples on hand, by iteration: --data for the first, and the data file of the iteration
+        # a resumed run stopped in (written whole or not at all: write_jsonl)
+        data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
+        resume_it = state["next"][0] if state else 0
+        own = os.path.join(args.out, f"data-{resume_it}.jsonl")
+        if state and resume_it not in data and os.path.exists(own):
+            data[resume_it] = read_rows(own, task, tokenizer, style)
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    # --data without LP_mu: mu is the start model at T = 1, as loaded (not a checkpoint's weights)
+    if any("lp_mu" not in r for r in data.get(0, [])):
+        fill_lp_mu(data[0], model, tokenizer.pad_token_id, args.micro_batch, args.bf16)
+    prompts = common.encode_prompts(task, pool, tokenizer, style)
+    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
+                 for n, ps in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    common.restore(inputs.state, optimizer, run)
-    state = inputs.state or dict(Position(0, 0, 0, 0)._asdict())
-    start_it, start_epoch, start_batch, step = (state[k] for k in Position._fields)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
+    if os.path.exists(metrics_path):
+        keep_metrics_until(metrics_path, state["step"] if state else -1)
+    start_it, start_epoch, start_batch, step = 0, 0, 0, 0  # the next step's place; steps done
+    if state:  # exact resume: the weights, AdamW's moments, every random stream, the position
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        common.set_rng_state(state["rng"])
+        (start_it, start_epoch, start_batch), step = state["next"], state["step"]
+        print(f"resumed {args.out} at step {step}")
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)
-    print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
-          f"engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, c={args.c:g}, "
-          f"split={args.split:g}, run folder {run.dir}")
+    print(f"topr: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
+          f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
+          f"c={args.c:g}, split={args.split:g}, run {args.out}")
+
+    log_file = open(metrics_path, "a")
+    wall = time.time()
+
+    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+        row = {"step": step, "time": round(time.time() - wall, 3), **row}
+        log_file.write(json.dumps(row) + "\n")
+        log_file.flush()
+        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        if shown:  # the progress line of an evaluation
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
     if step == 0:
-        run.log(0, evaluate(engine, inputs, args, 0))
+        log(0, evaluate(engine, model, task, eval_sets, args))
     deadline = started + 60 * args.time_limit if args.time_limit else math.inf
-    snapshots = common.Snapshots(args.snapshots, started, run.dir)
+    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
+
+    def on_ctrl_c(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
+    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
     out_of_time = False
-    with common.StopOnInterrupt() as stop:
+    try:
         for it in range(start_it, args.iterations):  # Algorithm 1
-            rows = iteration_data(it, inputs, data, run, engine, args)  # 1. samples from mu
+            # 1. samples from mu = pi_{it-1}: on hand, or drawn (seeded by the iteration only)
+            # and written to RUN/data-IT.jsonl
+            rows = data.pop(it, None)
+            if rows is None:
+                t0 = time.perf_counter()
+                model.eval()
+                engine.sync(model)
+                torch.manual_seed(args.seed * 1009 + it)
+                idx = np.random.default_rng([args.seed, it]).choice(
+                    len(pool), min(args.prompts, len(pool)), replace=False)
+                variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
+                rows = generate_rows(engine, task, [pool[i] for i in idx],
+                                     [prompts[i] for i in idx], tokenizer, args, it, variant)
+                write_jsonl(os.path.join(args.out, f"data-{it}.jsonl"), rows)
+                tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
+                           f"{time.perf_counter() - t0:.1f}s")
             data_it = select(rows, args.sampling, args.keep,  # 2. the selection
                              np.random.default_rng([args.seed, it, 1]))
             for epoch in range(start_epoch if it == start_it else 0, args.epochs):
@@ -507,36 +620,49 @@ def main(argv=None):
                 batches = [order[s:s + args.batch_size]
                            for s in range(0, len(order), args.batch_size)]
                 for b in range(start_batch if resumed else 0, len(batches)):  # 3. the updates
-                    snapshots.take(model, tokenizer, step)
                     t0, idx = time.perf_counter(), batches[b]
-                    metrics = topr_step(model, optimizer, [data_it[i] for i in idx],
-                                        [rewards[i] for i in idx], args,
-                                        tokenizer.pad_token_id, step + 1)
-                    metrics.update(iteration=it, epoch=epoch, negative_share=neg,
-                                   time_step=time.perf_counter() - t0)
+                    row = topr_step(model, optimizer, [data_it[i] for i in idx],
+                                    [rewards[i] for i in idx], args, tokenizer.pad_token_id,
+                                    step + 1)
+                    row.update(iteration=it, epoch=epoch, negative_share=neg,
+                               time_step=time.perf_counter() - t0)
                     step += 1
                     # where the next step stands: this epoch, the next one, or the next iteration
-                    at = Position(it, epoch, b + 1, step)
-                    if b + 1 == len(batches):
-                        at = (Position(it, epoch + 1, 0, step) if epoch + 1 < args.epochs
-                              else Position(it + 1, 0, 0, step))
+                    epoch_done = b + 1 == len(batches)
+                    iteration_done = epoch_done and epoch + 1 == args.epochs
+                    at = ((it + 1, 0, 0) if iteration_done else (it, epoch + 1, 0) if epoch_done
+                          else (it, epoch, b + 1))
                     out_of_time = time.monotonic() >= deadline
                     if (args.eval_every and step % args.eval_every == 0) or out_of_time \
-                            or at.iteration != it:
-                        metrics.update(evaluate(engine, inputs, args, step))
-                    run.log(step, metrics)
-                    if step % args.save_every == 0 or at.batch == 0 or out_of_time \
-                            or stop.requested:
-                        common.save_state(run, model, tokenizer, optimizer, **at._asdict())
-                    if stop.requested:
-                        common.exit_interrupted("topr.py", run.dir, step)
+                            or iteration_done:
+                        row.update(evaluate(engine, model, task, eval_sets, args))
+                    log(step, row)
+                    if step % args.save_every == 0 or epoch_done or out_of_time or stop:
+                        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                 "rng": common.rng_state(), "step": step, "next": at}
+                        torch.save(state, ckpt_path + ".tmp")  # atomically: a kill keeps the old
+                        os.replace(ckpt_path + ".tmp", ckpt_path)
+                    if stop:
+                        print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
+                              f"topr.py --resume {args.out}", file=sys.stderr)
+                        raise SystemExit(130)
                     if out_of_time:
                         break
                 if out_of_time:
                     break
             if out_of_time:
                 break
-    return common.finish(run, model, tokenizer, engine, snapshots, step)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+    final = os.path.join(args.out, "final")  # the next script's --model, a Hugging Face folder
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
+    engine.close()
+    log_file.close()
+    print(f"done: final model in {final}  ({metrics_path})")
+    return args.out
 
 
 if __name__ == "__main__":

@@ -499,7 +499,8 @@ KILL_RUN = RUN + ["--iterations", "2", "--save-every", "2"]  # 3 steps an iterat
 KILLER = '''
 import json, os, signal, sys
 sys.path.insert(0, {repo!r})
-import common, topr
+import torch
+import topr
 phase, argv = sys.argv[1], sys.argv[2:]
 
 
@@ -507,12 +508,12 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-real_write, real_check, real_save, real_replace = (common.write_jsonl_atomic, common.check_finite,
-                                                   common.save_state, os.replace)
-saving = []
+real_write, real_clip, real_save, real_replace = (topr.write_jsonl, torch.nn.utils.clip_grad_norm_,
+                                                  torch.save, os.replace)
+saving, steps = [], []
 
 
-def write_jsonl_atomic(path, rows):  # half of iteration 1's data file written, then killed
+def write_jsonl(path, rows):  # half of iteration 1's data file written, then killed
     if phase == "data" and path.endswith("data-1.jsonl"):
         with open(path + ".tmp", "w") as f:
             f.write(json.dumps(rows[0]) + "\\n" + json.dumps(rows[1])[:40])
@@ -520,27 +521,29 @@ def write_jsonl_atomic(path, rows):  # half of iteration 1's data file written, 
     real_write(path, rows)
 
 
-def check_finite(step, hint, **values):  # step 5: gradient computed, weights not yet updated
-    if phase == "mid-step" and step == 5:
+def clip_grad_norm_(*a, **kw):  # step 5: gradient computed, weights not yet updated
+    steps.append(len(steps) + 1)
+    if phase == "mid-step" and steps[-1] == 5:
         die()
-    real_check(step, hint, **values)
+    return real_clip(*a, **kw)
 
 
-def save_state(run, model, tokenizer, optimizer, **state):
-    saving[:] = [state["step"]]
-    real_save(run, model, tokenizer, optimizer, **state)
-    if phase == "between-steps" and state["step"] == 4:  # step 4 done and saved, 5 not begun
+def save(obj, path, *a, **kw):  # step 4's checkpoint.pt.tmp half written, then killed
+    saving[:] = [obj.get("step")] if isinstance(obj, dict) else []
+    real_save(obj, path, *a, **kw)
+    if phase == "checkpoint-write" and saving == [4]:
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
         die()
 
 
-def replace(src, dst):  # the checkpoint of step 4 half swapped in: old one moved aside
+def replace(src, dst):  # step 4 done and its checkpoint swapped in, step 5 not begun
     real_replace(src, dst)
-    if phase == "checkpoint-write" and saving == [4] and dst.endswith("checkpoint.old"):
+    if phase == "between-steps" and saving == [4] and dst.endswith("checkpoint.pt"):
         die()
 
 
-common.write_jsonl_atomic, common.check_finite, common.save_state = (write_jsonl_atomic,
-                                                                     check_finite, save_state)
+topr.write_jsonl, torch.nn.utils.clip_grad_norm_, torch.save = write_jsonl, clip_grad_norm_, save
 os.replace = replace
 topr.main(argv)
 '''
@@ -557,7 +560,8 @@ def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_run(phase, st
                                                                        tiny_path, tmp_path):
     """A real process killed by SIGKILL during iteration 1's data generation (half its file
     written), inside step 5 (after backward), between steps 4 and 5, or while step 4's checkpoint is
-    swapped in; `--resume` then ends with exactly the uninterrupted run's metrics and weights."""
+    written (half of checkpoint.pt.tmp); `--resume` then ends with exactly the uninterrupted run's
+    metrics and weights."""
     script = tmp_path / "killer.py"
     script.write_text(KILLER.format(repo=os.path.dirname(os.path.abspath(topr.__file__))))
     out = str(tmp_path / "run")
@@ -590,7 +594,7 @@ def test_ctrl_c_saves_at_the_end_of_the_step_and_resumes(straight_run, tiny_path
     assert e.value.code == 130
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"--resume {out}" in last and "step 2" in last
-    assert common.load_trainer_state(os.path.join(out, "checkpoint"))["step"] == 2
+    assert torch.load(os.path.join(out, "checkpoint.pt"), weights_only=False)["step"] == 2
     monkeypatch.setattr(topr, "topr_step", real_step)
     assert _metrics(topr.main(["--resume", out])) == _metrics(straight_run)
 
@@ -612,8 +616,9 @@ def test_non_finite_loss_stops_before_the_optimizer_step(tiny_path, tmp_path, ca
     assert e.value.code == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "step 2: non-finite" in last and "--lr" in last
-    assert common.load_trainer_state(str(out / "checkpoint"))["step"] == 1
-    assert all(torch.isfinite(w).all() for w in _weights(str(out), "checkpoint").values())
+    state = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 1
+    assert all(torch.isfinite(w).all() for w in state["model"].values())
     assert not os.path.exists(out / "final")
 
 
@@ -653,16 +658,16 @@ def test_damaged_checkpoint_on_resume_gives_one_line_and_status_2(damage, straig
                                                                    capsys):
     run = tmp_path / "run"
     shutil.copytree(straight_run, run)
-    ckpt = run / "checkpoint"
+    ckpt = run / "checkpoint.pt"  # the run's whole state, one dict
     if damage == "no run state":
-        os.remove(ckpt / "trainer_state.pt")
+        os.remove(ckpt)
     elif damage == "torn trainer state":
-        data = (ckpt / "trainer_state.pt").read_bytes()
-        (ckpt / "trainer_state.pt").write_bytes(data[:len(data) // 2])
+        data = ckpt.read_bytes()
+        ckpt.write_bytes(data[:len(data) // 2])
     else:
-        for f in os.listdir(ckpt):
-            if f.endswith(".safetensors"):
-                os.remove(ckpt / f)
+        state = torch.load(ckpt, weights_only=False)
+        del state["model"]
+        torch.save(state, ckpt)
     with pytest.raises(SystemExit) as e:
         topr.main(["--resume", str(run)])
     assert e.value.code == 2
