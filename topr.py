@@ -66,10 +66,10 @@ LIMITS = {
 # +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
 # --report-variant: [CR]'s TOPR setting (§4.1: 1,000 completions of the SFT model at T = 0.15,
-# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 (Eq. 4:
-# default_baseline's for these rewards; scripts/topr_report.py passes them with pm1 and B too).
-# The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on data sampled from A's model.
-REPORT_SETTING = {"c": 0.0, "split": 1.0, "iterations": 1, "prompts": 1000, "n": 1, "epochs": 2,
+# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 come from
+# default_baseline (Eq. 4). The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on
+# data sampled from A's model.
+REPORT_SETTING = {"iterations": 1, "prompts": 1000, "n": 1, "epochs": 2,
                   "batch_size": 32, "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq",
                   "lr": 1e-4}
 NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale"

@@ -35,7 +35,8 @@ ROWS = {  # name: (flags, the sentence the row tests)
     "report: A": (["--report-variant", "A"], "[CR] Table 1 row"),
     "report: A then B": (["--report-variant", "A+B", "--eval-every", "16"], "[CR] Table 1 row"),
     "exp 1: wrong = 0 (reward B)": (REPORT + ["--reward", "B"], "what the +0.1 does"),
-    "exp 1: wrong = -1 (pm1)": (REPORT + ["--reward", "pm1"], "what the +0.1 does"),
+    "exp 1: wrong = -1 (pm1)": (REPORT + ["--reward", "pm1", "--c", "0", "--split", "1"],
+                                "what the +0.1 does"),  # [CR] Eq. 4's c and split, not pm1's
     "exp 2: mu at T = 1": (["--report-variant", "original", "--temperature", "1", "--top-p", "1"],
                            "T = 0.15 against T = 1"),
     "exp 3: A, two rounds": (["--report-variant", "A", "--iterations", "2"], "does B add to A"),

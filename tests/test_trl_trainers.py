@@ -20,7 +20,7 @@ import spo  # noqa: E402
 import topr  # noqa: E402
 import trl_trainers as tt  # noqa: E402
 from conftest import FOUR, SUMS, sampled, write_jsonl  # noqa: E402
-from tasks import countdown  # noqa: E402
+from tasks import countdown, files  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 G = 4  # completions per prompt
@@ -238,7 +238,7 @@ def _script_gradient(model, step):
 
 def _topr_file(weak_sft, tmp_path):
     """topr.py's data file: 6 problems x 2 samples of the weak model, as topr.generate_rows and
-    common.write_jsonl_atomic write it (reward pm1, LP_mu from the sampler)."""
+    tasks.files.write_jsonl write it (reward pm1, LP_mu from the sampler)."""
     from types import SimpleNamespace
     common.setup(3, 1)
     model, tok = common.load_model(weak_sft)
@@ -247,7 +247,7 @@ def _topr_file(weak_sft, tmp_path):
     args = SimpleNamespace(n=2, max_new_tokens=24, temperature=1.0, top_p=1.0)
     rows = topr.generate_rows(common.HFEngine(model, tok), countdown, problems, prompts, tok, args,
                               0, "pm1")
-    common.write_jsonl_atomic(str(tmp_path / "data-0.jsonl"), rows)
+    files.write_jsonl(str(tmp_path / "data-0.jsonl"), rows)
     return str(tmp_path / "data-0.jsonl"), tok
 
 
