@@ -1,24 +1,20 @@
-"""Shared plumbing for sft.py, rloo.py, topr.py, agro.py and spo.py.
+"""The model side shared by sft.py, rloo.py, topr.py, agro.py and spo.py; each script holds its
+own run (flags, data, loss, loop, evaluation, checkpoint and resume). tasks/ holds the rewards.
 
-Only what every script needs and nothing algorithm-specific:
-
-  1. the shared run flags; bad input -> one line, exit 2 (add_run_flags, add_memory_flags, ...)
-  2. seeding, CPU threads, TF32 on a GPU                  (setup)
-  3. models: the built-in `tiny` model, any HF model       (build_tiny_model, load_model)
-  4. prompts through the task and the chat template        (encode_prompts)
+  1. argparse types: bad input -> one line, exit 2     (positive_int, int_list, UsageError, ...)
+  2. seeding, RNG state, CPU threads, TF32 on a GPU      (setup, rng_state, set_rng_state)
+  3. models: the built-in `tiny` model, any HF model       (resolve_model_path, load_model)
+  4. prompts through the task and the chat template        (prompt_style, encode_prompts)
   5. log-probs of given completions, in fp32 chunks        (completion_logprobs, token_logprobs)
-  6. generation engines: ours, HF generate, vLLM          (KVEngine, HFEngine, VLLMEngine)
-  7. problems, a run's inputs, evaluation                 (task_problems, load_inputs, evaluate)
-  8. run folders, JSONL metrics, atomic checkpoints        (Run, save_state, restore, finish)
-  9. faults: files read, non-finite values, Ctrl-C         (read_jsonl, check_finite, ...)
+  6. generation engines with weight sync     (make_engine: KVEngine, HFEngine, VLLMEngine)
 
 Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never
 from `ids != pad_id` (Qwen's pad id equals one of its EOS ids); the EOS token, when emitted, is part
 of the completion; a completion ends at any of the model's EOS ids (Qwen has two); log-probs are
 computed in fp32 (with --bf16, the transformer under bf16 autocast, the output layer in fp32) with
-`position_ids = cumsum(attention_mask) - 1`, the same positions the samplers
-use, so that sampler and trainer agree; both engines sample from a SamplingConfig alone, never from
-the sampling defaults a checkpoint ships in its generation_config.json.
+`position_ids = cumsum(attention_mask) - 1`, the same positions the samplers use, so that sampler
+and trainer agree; both engines sample from a SamplingConfig alone, never from the sampling
+defaults a checkpoint ships in its generation_config.json.
 """
 import argparse
 import contextlib
@@ -30,24 +26,19 @@ import math
 import os
 import random
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 # vLLM replaces torch.set_num_threads with a no-op once an in-process CPU engine starts: keep the
 # real one.
 _set_num_threads = torch.set_num_threads
 
 
-# ---- 1. Flags and bad input ----------------------------------------------------------------------
+# ---- 1. argparse types and bad input -------------------------------------------------------------
 class UsageError(Exception):
     """Bad input from the user (a flag, a path, a data file): scripts print one line and exit 2."""
 
@@ -79,11 +70,6 @@ finite_float = _checked("finite number", float, math.isfinite, "a finite number"
 fraction = _checked("number in [0, 1]", float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
 
 
-def minutes_list(text: str) -> list[float]:
-    """argparse type: comma-separated positive minutes, e.g. "1,2,5,10", returned sorted."""
-    return sorted(positive_float(m) for m in text.split(","))
-
-
 def int_list(text: str) -> list[int]:
     """argparse type: comma-separated positive integers, e.g. --sizes 3,4."""
     return [positive_int(n) for n in text.split(",")]
@@ -104,66 +90,12 @@ def problems_source(text: str) -> str:
 
 
 # argparse reports the type's name in "invalid positive integer value: '0'"
-minutes_list.__name__ = "comma-separated positive minutes"
 int_list.__name__ = "comma-separated positive integers"
 problems_source.__name__ = "problems source"
 existing_file.__name__ = "file"
 
 
-def add_run_flags(p, *, eval_every: int, save_every: int, micro_batch: int, micro_help: str,
-                  problems: bool = True, eval_help: str = "evaluate every N steps") -> None:
-    """The flags every RL script shares (the algorithm's own flags stay in the script)."""
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default=None,
-                   help="the start and reference model pi_ref: a folder, a hub id, or `sft` (the "
-                        "newest sft.py run of --task); default: that run, trained first with "
-                        "sft.py's defaults where there is none")
-    p.add_argument("--out", default=None, help="run folder (default runs/SCRIPT-TASK-TIME)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--time-limit", type=positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start (then evaluate and save)")
-    p.add_argument("--snapshots", type=minutes_list, default=None, metavar="MIN,MIN",
-                   help="save the model at these minutes since the start, e.g. 1,2,5 "
-                        "(scripts/time_to_accuracy.py)")
-    p.add_argument("--sizes", type=int_list, default=None, help="difficulty levels trained on "
-                   "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    p.add_argument("--eval-sizes", type=int_list, default=None,
-                   help="held-out difficulty levels; default: the task's SIZES")
-    if problems:
-        p.add_argument("--problems", type=problems_source, default=None,
-                       help="training problems from a JSONL file, `hub` or a hub dataset id")
-        p.add_argument("--train-size", type=positive_int, default=20000,
-                       help="training problems per size")
-    p.add_argument("--max-new-tokens", type=positive_int, default=64,
-                   help="completion budget in tokens, EOS included")
-    p.add_argument("--micro-batch", type=positive_int, default=micro_batch, help=micro_help)
-    p.add_argument("--clip", type=positive_float, default=1.0, help="gradient-norm clip")
-    add_memory_flags(p)
-    p.add_argument("--eval-every", type=nonnegative_int if eval_every == 0 else positive_int,
-                   default=eval_every, help=eval_help)
-    p.add_argument("--eval-size", type=positive_int, default=200, help="held-out problems a size")
-    p.add_argument("--eval-k", type=positive_int, default=8,
-                   help="samples a problem at temperature 1")
-    p.add_argument("--save-every", type=positive_int, default=save_every,
-                   help="checkpoint every N steps")
-    p.add_argument("--engine", default="auto", choices=ENGINES,
-                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    p.add_argument("--seed", type=nonnegative_int, default=0)
-    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
-
-
-def add_memory_flags(p) -> None:
-    """--bf16 and --grad-checkpoint: what lets a step of a 0.5B model fit a 24 GB GPU."""
-    p.add_argument("--bf16", action="store_true",
-                   help="the trainer's forward and backward under bf16 autocast (weights, AdamW "
-                        "state and the log-softmax stay fp32): about half a GPU step's peak "
-                        "memory; a CPU without bf16 units runs it several times slower")
-    p.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer's activations in backward: far less memory, one "
-                        "more forward pass of compute")
-
-
-# ---- 2. Seeding and threads ----------------------------------------------------------------------
+# ---- 2. Seeding, RNG state and threads -----------------------------------------------------------
 def setup(seed: int, threads: int | None = None) -> None:
     """Seed python, numpy and torch; choose torch's CPU thread count deliberately.
 
@@ -179,6 +111,23 @@ def setup(seed: int, threads: int | None = None) -> None:
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
     # TF32 matmuls on a GPU where fp32 stays: fp32's range, a 10-bit mantissa
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+
+
+def rng_state() -> dict:
+    """Every global random stream a run draws from: Python's, numpy's, torch's CPU and CUDA ones."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # ---- 3. Models -----------------------------------------------------------------------------------
@@ -256,7 +205,8 @@ def _set_tokenizer_class(path: str) -> None:
     with open(os.path.join(path, "tokenizer_config.json")) as f:
         cfg = json.load(f)
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    write_json_atomic(os.path.join(path, "tokenizer_config.json"), cfg, indent=2)
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -880,454 +830,3 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
         return VLLMEngine(path, tokenizer, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
                           max_model_len=max_model_len)
     raise UsageError(f"unknown engine {kind!r}; choose {', '.join(ENGINES)}")
-
-
-# ---- 7. Problems, a run's inputs, and evaluation -------------------------------------------------
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
-def _normalise_answer(task, text: str):
-    answer = task.parse_answer(text)
-    return None if answer is None else re.sub(r"\s+", "", answer)
-
-
-def score_group(task, problem: dict, samples: list[Sample], variants) -> dict:
-    """Per-problem statistics of a group of completions; rewards summed under each of `variants`."""
-    grades = [task.grade(problem, s.text) for s in samples]
-    return {"correct": sum(g == "correct" for g in grades), "n": len(samples),
-            "reward": {v: sum(task.reward(problem, s.text, v) for s in samples) for v in variants},
-            "formatted": sum(g != "no_answer" for g in grades),
-            "length": sum(len(s.ids) for s in samples)}
-
-
-def evaluate(engine, task, problems: list[dict], prompts: list[list[int]], *, k: int = 8,
-             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 64,
-             reward_variant: str | None = None, greedy: bool = True, prefix: str = "",
-             all_rewards: bool = False, seed: int | None = 0, top_k: int = 0) -> dict:
-    """The one evaluation every script reports, so that numbers compare across algorithms.
-
-    greedy/*: one greedy completion a problem; sampled/*: k completions at `temperature` (default
-    1, the policy itself), `top_p`, `top_k`. Each block: accuracy (fully correct), reward (mean,
-    `reward_variant`, default the task's first; all_rewards: every variant too), format_rate (an
-    <answer> tag is present), length (mean tokens); then pass@k (unbiased) and maj@k (the most
-    frequent answer of the k, whitespace removed, is correct). The samples are drawn with `seed`
-    (None: the global RNG), so an evaluation never consumes the training RNG and two checkpoints
-    are compared on common random numbers.
-    """
-    metrics = {}
-    reward_variant = reward_variant or task.REWARD_VARIANTS[0]
-    sampled = SamplingConfig(k, max_new_tokens, temperature, top_p, top_k, seed=seed)
-    modes = ([("greedy", SamplingConfig(1, max_new_tokens, 0.0))] if greedy else []) + (
-        [("sampled", sampled)] if k > 0 else [])
-    for mode, sc in modes:
-        groups = engine.generate(prompts, sc)
-        others = [v for v in task.REWARD_VARIANTS if all_rewards and v != reward_variant]
-        variants = [reward_variant] + others
-        stats = [score_group(task, p, g, variants) for p, g in zip(problems, groups)]
-        total = sum(s["n"] for s in stats)
-        metrics[f"{prefix}{mode}/accuracy"] = sum(s["correct"] for s in stats) / total
-        metrics[f"{prefix}{mode}/reward"] = sum(s["reward"][reward_variant] for s in stats) / total
-        for v in variants if all_rewards else []:
-            metrics[f"{prefix}{mode}/reward_{v}"] = sum(s["reward"][v] for s in stats) / total
-        metrics[f"{prefix}{mode}/format_rate"] = sum(s["formatted"] for s in stats) / total
-        metrics[f"{prefix}{mode}/length"] = sum(s["length"] for s in stats) / total
-        if mode == "sampled":
-            passed = [pass_at_k(s["n"], s["correct"], k) for s in stats]
-            metrics[f"{prefix}pass@{k}"] = float(np.mean(passed))
-            maj = []
-            for problem, group in zip(problems, groups):
-                answers = Counter(_normalise_answer(task, s.text) for s in group)
-                answers.pop(None, None)
-                top = answers.most_common(1)
-                maj.append(bool(top) and task.is_correct(problem, f"<answer>{top[0][0]}</answer>"))
-            metrics[f"{prefix}maj@{k}"] = float(np.mean(maj))
-    return metrics
-
-
-def task_problems(task, args) -> tuple[list[dict], dict[int, list[dict]]]:
-    """The training pool (--problems, else --train-size problems of each --sizes from the task's
-    generator) and the held-out problems of each --eval-sizes, by size."""
-    if getattr(args, "problems", None):
-        pool = task.get_problems("train", args.train_size, source=args.problems, seed=args.seed)
-    else:
-        pool = [p for n in args.sizes or task.SIZES
-                for p in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
-    held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                for n in args.eval_sizes or task.SIZES}
-    return pool, held_out
-
-
-def check_reward(task, name: str | None) -> str:
-    """--reward: the task's variant of that name (None: its first), or UsageError."""
-    if name is None:
-        return task.REWARD_VARIANTS[0]
-    if name not in task.REWARD_VARIANTS:
-        raise UsageError(f"unknown --reward {name!r}; choose from "
-                         f"{', '.join(task.REWARD_VARIANTS)}")
-    return name
-
-
-@dataclass
-class Inputs:
-    """What an RL script trains with, loaded by load_inputs."""
-    task: object
-    pool: list[dict]                   # training problems
-    prompts: list[list[int]]           # their prompt ids (encode_prompts)
-    eval_sets: dict                    # size -> (held-out problems, prompt ids)
-    model: torch.nn.Module             # the policy: --model, or the checkpoint resumed from
-    ref_model: torch.nn.Module | None  # frozen pi_ref = --model (None where not asked for)
-    tokenizer: object
-    style: str                         # prompt_style
-    ckpt: str | None                   # the checkpoint resumed from, and its trainer state
-    state: dict | None
-
-
-def load_inputs(script: str, args, task, pool: list[dict], held_out: dict, needs: tuple,
-                *, ref: bool = True, required: bool = True) -> Inputs:
-    """Models and prompts of a run: --out filled in, --model resolved into args.model_path, the
-    checkpoint of --resume (its trainer state holding `needs`; `required`: UsageError when there
-    is none) and the frozen reference. Raises UsageError or ValueError on bad input and makes no
-    run folder: the caller checks its own files first, then makes one."""
-    args.out = args.out or default_out_dir(script, args.task)
-    ckpt, state = resume_checkpoint(args, needs, required)
-    args.model_path = resolve_model_path(args.model, task=args.task)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_model(ckpt or args.model_path, device=device,
-                                  grad_checkpoint=args.grad_checkpoint)
-    ref_model = load_model(args.model_path, device=device)[0].requires_grad_(False) if ref else None
-    style = prompt_style(model, tokenizer)
-    eval_sets = {n: (ps, encode_prompts(task, ps, tokenizer, style)) for n, ps in held_out.items()}
-    return Inputs(task, pool, encode_prompts(task, pool, tokenizer, style), eval_sets, model,
-                  ref_model, tokenizer, style, ckpt, state)
-
-
-def evaluate_sizes(engine, task, eval_sets: dict, **kwargs) -> dict:
-    """evaluate() on each size's held-out set, eval_sets: size -> (problems, prompt ids); the
-    metrics are named eval<size>/... (eval3/greedy/accuracy)."""
-    metrics = {}
-    for n, (problems, prompts) in eval_sets.items():
-        metrics.update(evaluate(engine, task, problems, prompts, prefix=f"eval{n}/", **kwargs))
-    return metrics
-
-
-def kl_to_ref(engine, inputs: Inputs, seed: int, *, prompts: int = 64, n: int = 4,
-              max_new_tokens: int = 64, bf16: bool = False) -> float:
-    """KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of log pi(y|x) - log pi_ref(y|x) over
-    n samples y ~ pi (temperature 1, drawn with seed 0 like `evaluate`) of `prompts` training
-    prompts (picked by `seed`). `engine` must hold the policy's weights."""
-    idx = np.random.default_rng([seed, 7]).choice(len(inputs.pool), min(prompts, len(inputs.pool)),
-                                                  replace=False)
-    groups = engine.generate([inputs.prompts[i] for i in idx],
-                             SamplingConfig(n, max_new_tokens, seed=0))
-    flat = [s for g in groups for s in g]
-    args = ([s.prompt_ids for s in flat], [s.ids for s in flat], inputs.tokenizer.pad_token_id)
-    with torch.no_grad():
-        lp, mask = completion_logprobs(inputs.model, *args, bf16=bf16)
-        ref_lp, _ = completion_logprobs(inputs.ref_model, *args, bf16=bf16)
-    return ((lp - ref_lp) * mask).sum(-1).mean().item()
-
-
-# ---- 8. Runs, metrics and checkpoints ------------------------------------------------------------
-class Run:
-    """A run folder: config.json, metrics.jsonl (one JSON object per line, appended and flushed),
-    checkpoint/ (the latest, written atomically) and final/ (the model the next script takes as
-    --model)."""
-
-    def __init__(self, out_dir: str, config: dict, resume: bool = False):
-        self.dir = out_dir
-        if not resume and os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
-            raise UsageError(f"run folder {out_dir} already holds a run; "
-                             f"pass --resume {out_dir} or another --out")
-        os.makedirs(out_dir, exist_ok=True)
-        write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2, default=str)
-        self.start = time.time()
-
-    def log(self, step: int, metrics: dict) -> None:
-        row = {"step": step, "time": round(time.time() - self.start, 3), **metrics}
-        with open(os.path.join(self.dir, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps(row) + "\n")
-
-    def truncate(self, step: int) -> None:
-        """Drop rows logged after `step` (a resumed run restarts from its last checkpoint), and a
-        last line torn by a kill; a damaged line elsewhere is UsageError naming it."""
-        path = os.path.join(self.dir, "metrics.jsonl")
-        if not os.path.exists(path):
-            return
-        with open(path) as f:
-            lines = f.readlines()
-        kept = []
-        for lineno, line in enumerate(lines, 1):
-            try:
-                row = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                if lineno == len(lines) and not line.endswith("\n"):
-                    break  # torn by a kill mid-write: that step is redone
-                raise UsageError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-            if isinstance(row, dict) and row.get("step", step + 1) <= step:
-                kept.append(json.dumps(row) + "\n")
-        write_text_atomic(path, "".join(kept))
-
-    def path(self, *names) -> str:
-        return os.path.join(self.dir, *names)
-
-
-def resumed_args(args, parser):
-    """With --resume RUN_DIR, the flags the run started with (RUN_DIR/config.json); else `args`.
-
-    A config.json with flags this script does not have (another script's run, or an older
-    version's) is refused in one line; flags added since take their defaults.
-    """
-    if args.resume is None:
-        return args
-    if not args.resume:
-        parser.error("--resume: empty path")
-    try:
-        with open(os.path.join(args.resume, "config.json")) as f:
-            saved = json.load(f)
-    except (OSError, json.JSONDecodeError):
-        parser.error(f"--resume {args.resume}: no readable config.json there")
-    if not isinstance(saved, dict):
-        parser.error(f"--resume {args.resume}: config.json is not a run's configuration")
-    known = vars(args)  # the flags; values the scripts derive from them end in _path or _list
-    foreign = sorted(k for k in saved if k not in known and not k.endswith(("_path", "_list")))
-    if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags this script does not know "
-                     f"({', '.join(foreign[:5])}): a run of another script or version")
-    if saved.get("model") in (None, "sft") and saved.get("model_path"):
-        saved["model"] = saved["model_path"]  # the model the run started from, not a newer one
-    saved = {k: v for k, v in saved.items() if k in known}
-    lists = {a.dest for a in parser._actions if a.type is int_list}
-    for k in lists & {k for k, v in saved.items() if isinstance(v, str)}:
-        saved[k] = int_list(saved[k])  # written as text ("3,4") before --sizes had a type
-    return type(args)(**{**known, **saved, "resume": args.resume, "out": args.resume})
-
-
-def default_out_dir(script: str, task: str) -> str:
-    return os.path.join("runs", f"{script}-{task}-{time.strftime('%Y%m%d-%H%M%S')}")
-
-
-def save_checkpoint(path: str, model, tokenizer, state: dict | None = None) -> None:
-    """Write an HF folder (+ trainer_state.pt) atomically: into a temporary sibling, then renamed.
-
-    An interrupted save leaves the previous checkpoint intact; at worst it survives as
-    `path + ".old"`, which checkpoint_path also finds.
-    """
-    path = path.rstrip("/")
-    tmp, old = path + ".tmp", path + ".old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if state is not None:
-        torch.save(state, os.path.join(tmp, "trainer_state.pt"))
-    if os.path.exists(path):
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-class Snapshots:
-    """The model at given minutes since the start (--snapshots 1,2,5), saved as
-    RUN/snapshots/<m>min and evaluated afterwards (scripts/time_to_accuracy.py) so that it costs
-    the run no time. take() runs before each step (late by at most one step; snapshot.json says
-    when and at which step) and once at the end, for the minutes the run did not reach."""
-
-    def __init__(self, minutes: list[float] | None, started: float, run_dir: str):
-        self.due, self.started, self.dir = list(minutes or []), started, run_dir
-
-    def take(self, model, tokenizer, step: int, final: bool = False) -> None:
-        elapsed = (time.monotonic() - self.started) / 60
-        while self.due and (elapsed >= self.due[0] or final):
-            path = os.path.join(self.dir, "snapshots", f"{self.due.pop(0):g}min")
-            save_checkpoint(path, model, tokenizer)
-            write_json_atomic(os.path.join(path, "snapshot.json"),
-                              {"minutes": elapsed, "step": step})
-
-
-def checkpoint_path(path: str) -> str | None:
-    """The complete checkpoint at `path`, or its `.old` copy if a save was interrupted mid-swap."""
-    for p in (path, path.rstrip("/") + ".old"):
-        if os.path.exists(os.path.join(p, "trainer_state.pt")):
-            return p
-    return None
-
-
-def load_trainer_state(path: str, needs: tuple[str, ...] = ("step",)) -> dict:
-    """The checkpoint's trainer_state.pt, or UsageError naming what is unreadable or missing."""
-    try:
-        state = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise UsageError(f"cannot load checkpoint {path}: unreadable trainer_state.pt "
-                         f"({type(e).__name__})") from None
-    missing = set(needs) - set(state) if isinstance(state, dict) else {"all"}
-    if missing:
-        raise UsageError(f"cannot load checkpoint {path}: trainer_state.pt lacks {sorted(missing)}")
-    return state
-
-
-def resume_checkpoint(args, needs: tuple[str, ...],
-                      required: bool = True) -> tuple[str | None, dict | None]:
-    """With --resume: the run's last checkpoint and its trainer state (needs: the keys it must
-    hold), else (None, None); UsageError when it is incomplete, or missing and `required`."""
-    ckpt = checkpoint_path(os.path.join(args.out, "checkpoint")) if args.resume else None
-    if ckpt is None:
-        if args.resume and required:
-            raise UsageError(f"--resume {args.resume}: no checkpoint to resume from")
-        return None, None
-    files = os.listdir(ckpt)
-    if "config.json" not in files or not any(f.endswith((".safetensors", ".bin")) for f in files):
-        raise UsageError(f"checkpoint {ckpt}: incomplete (no config.json or no weights)")
-    return ckpt, load_trainer_state(ckpt, needs)
-
-
-def restore(state: dict | None, optimizer, run: Run) -> int:
-    """Continue from a checkpoint's trainer state (None: a fresh start): the optimizer and every
-    random stream as they were, and the metrics logged after it dropped (they are logged again;
-    a resumed run with no checkpoint drops them all). Returns the step to go on from."""
-    run.truncate(state["step"] if state else -1)
-    if not state:
-        return 0
-    optimizer.load_state_dict(state["optimizer"])
-    set_rng_state(state["rng"])
-    print(f"resumed {run.dir} at step {state['step']}")
-    return state["step"]
-
-
-def save_state(run: Run, model, tokenizer, optimizer, **state) -> None:
-    """RUN/checkpoint, atomically: the weights, the optimizer, every random stream and `state`
-    (the step, and whatever else the script needs to go on exactly)."""
-    save_checkpoint(run.path("checkpoint"), model, tokenizer,
-                    {**state, "optimizer": optimizer.state_dict(), "rng": rng_state()})
-
-
-def report(step: int, row: dict, also: tuple[str, ...] = ()) -> None:
-    """The progress line of an evaluation: held-out accuracies, and the keys ending in `also`."""
-    keys = [k for k in row if k.startswith("eval") and k.endswith("accuracy") or k.endswith(also)]
-    tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in keys))
-
-
-def finish(run: Run, model, tokenizer, engine, snapshots, step: int) -> str:
-    """The end of a run: the last snapshots, RUN/final (the next script's --model), the engine
-    closed. Returns the run folder."""
-    if snapshots:
-        snapshots.take(model, tokenizer, step, final=True)
-    save_checkpoint(run.path("final"), model, tokenizer)
-    engine.close()
-    print(f"done: final model in {run.path('final')}  ({run.path('metrics.jsonl')})")
-    return run.dir
-
-
-def rng_state() -> dict:
-    """Every global random stream a run draws from: Python's, numpy's, torch's CPU and CUDA ones."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# ---- 9. Faults: files read, non-finite values, Ctrl-C --------------------------------------------
-def read_jsonl(path: str, what: str = "data file") -> list[dict]:
-    """The JSON objects of a JSONL file, or UsageError naming the file and line.
-
-    A truncated last line (what a killed writer leaves) is reported as such, never skipped silently.
-    Blank lines are skipped.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except FileNotFoundError:
-        raise UsageError(f"no such {what}: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read {what} {path}: {e}") from None
-    rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            truncated = lineno == len(lines) and not line.endswith("\n")
-            cut = " (truncated: a killed writer?)" if truncated else ""
-            raise UsageError(f"{path}:{lineno}: bad JSON{cut} ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise UsageError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write into a temporary sibling, then rename: a reader never sees half a file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: str, obj, **dump_kwargs) -> None:
-    write_text_atomic(path, json.dumps(obj, **dump_kwargs))
-
-
-def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
-    """JSON lines, one a row."""
-    write_text_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
-
-
-def check_finite(step: int, hint: str, **values: float) -> None:
-    """Stop the run (exit status 1) if a loss or gradient norm is nan or inf.
-
-    Call it after backward() and before optimizer.step(): the weights are untouched, so the last
-    checkpoint on disk stays the last good state. `hint` names the likely cause (lr, beta, ...).
-    """
-    bad = [f"{name}={value}" for name, value in values.items() if not math.isfinite(value)]
-    if bad:
-        print(f"error: step {step}: non-finite {', '.join(bad)}; weights not updated, the last "
-              f"checkpoint is the last good state. Likely cause: {hint}", file=sys.stderr)
-        raise SystemExit(1)
-
-
-class StopOnInterrupt:
-    """`with StopOnInterrupt() as stop:` Ctrl-C (SIGINT) sets stop.requested, which the training
-    loop reads after each step (then saves, prints how to resume and exits); a second Ctrl-C stops
-    at once (KeyboardInterrupt). Outside the main thread it does nothing."""
-    def __init__(self):
-        self.requested, self._previous = False, None
-
-    def _handler(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nCtrl-C: stopping after this step (press again to stop at once)", file=sys.stderr)
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:  # not the main thread
-            self._previous = None
-        return self
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-        return False
-
-
-def exit_interrupted(script: str, run_dir: str, step: int) -> None:
-    """The one line a run stopped by Ctrl-C prints after saving its checkpoint; exit status 130."""
-    print(f"interrupted at step {step}; checkpoint saved. "
-          f"Resume with: python {script} --resume {run_dir}", file=sys.stderr)
-    raise SystemExit(130)

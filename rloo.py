@@ -228,9 +228,9 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
               step: int) -> dict:
     """One RLOO update on a batch of groups (Eqs. 2-3, KL in the reward); returns its metrics.
 
-    args: k, beta, loss_norm, micro_batch, clip, lr, warmup, lr_schedule, steps. Stops
-    (common.check_finite) before the optimizer touches the weights if the loss or the gradient
-    norm is not finite.
+    args: k, beta, loss_norm, micro_batch, clip, lr, warmup, lr_schedule, steps. Stops the run
+    (exit 1) before the optimizer touches the weights if the loss or the gradient norm is not
+    finite, so the last checkpoint stays the last good state.
     """
     device = next(model.parameters()).device
     model.train()
@@ -269,7 +269,11 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
         loss.backward()
         loss_sum += loss.item()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    common.check_finite(step + 1, "too high --lr, or --beta", loss=loss_sum, grad_norm=grad_norm)
+    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+        print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+              "weights not updated, the last checkpoint is the last good state. Likely cause: "
+              "too high --lr, or --beta", file=sys.stderr)
+        raise SystemExit(1)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, args)
     optimizer.step()

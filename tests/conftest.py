@@ -132,10 +132,6 @@ def saved_step(run_dir):
     try:
         return torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["step"]
     except Exception:
-        pass
-    try:
-        return common.load_trainer_state(os.path.join(run_dir, "checkpoint"))["step"]
-    except Exception:
         return None
 
 
