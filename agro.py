@@ -49,7 +49,11 @@ collapses; agro.py's default lambda_LR = beta/2 puts the threshold at 1/2 - 2/|a
 Run:  python agro.py --model runs/sft-countdown-.../final  [--mode onpolicy --engine vllm: GPU]
 """
 import argparse
+import json
+import math
 import os
+import shutil
+import signal
 import sys
 import time
 from typing import NamedTuple
@@ -59,7 +63,9 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task
+from tasks import get_task, problem_sets
+from tasks.files import read_jsonl, write_jsonl
+from tasks.scoring import score
 
 REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref, drawn once
 
@@ -91,8 +97,43 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
     p.add_argument("--warmup", type=common.nonnegative_int, default=10,
                    help="steps of linear lr warm-up (rloo.py's)")
-    common.add_run_flags(p, eval_every=50, save_every=50, micro_batch=8,
-                         micro_help="prompts (groups of n) per forward/backward pass: memory only")
+    p.add_argument("--micro-batch", type=common.positive_int, default=8,
+                   help="prompts (groups of n) per forward/backward pass: memory only")
+    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
+                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
+    p.add_argument("--grad-checkpoint", action="store_true",
+                   help="recompute each layer's activations in backward: far less memory")
+    p.add_argument("--task", default="countdown", help="task module in tasks/")
+    p.add_argument("--model", default=None, help="start and reference model pi_ref: a folder, a "
+                   "hub id, or `sft` (the newest sft.py run of --task); default: that run, "
+                   "trained first with sft.py's defaults where there is none")
+    p.add_argument("--problems", type=common.problems_source, default=None,
+                   help="training problems from a JSONL file, `hub` or a hub dataset id")
+    p.add_argument("--train-size", type=common.positive_int, default=20000,
+                   help="training problems a size")
+    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
+                   "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
+    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
+                   help="completion budget in tokens, EOS included")
+    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    p.add_argument("--eval-sizes", type=common.int_list, default=None,
+                   help="held-out difficulty levels; default: the task's SIZES")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems a size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8,
+                   help="samples a held-out problem at temperature 1")
+    p.add_argument("--eval-every", type=common.positive_int, default=50,
+                   help="evaluate every N steps")
+    p.add_argument("--out", default=None, help="run folder (default runs/agro-TASK-TIME)")
+    p.add_argument("--save-every", type=common.positive_int, default=50,
+                   help="checkpoint every N steps")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start (then evaluate and save)")
+    p.add_argument("--seed", type=common.nonnegative_int, default=0)
+    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.online_fraction is None:  # the defaults that depend on other flags (see each help)
         args.online_fraction = float(args.mode == "onpolicy")
@@ -219,10 +260,10 @@ def micro_batch_loss(logprobs, mask, rewards, h, online, kl, args) -> torch.Tens
     return agro_loss(logprobs, mask, w.reshape(-1), args.loss_norm)
 
 
+
 # ---- Data: groups of n completions, sampled now from the policy or read from an offline file -----
 class Group(NamedTuple):
-    """One prompt with its n completions and what the step needs to know about them."""
-    problem: dict
+    """One prompt's n completions and what the step needs to know about them."""
     prompt_ids: list[int]
     completion_ids: list[list[int]]  # n token-id lists (EOS included when emitted)
     rewards: list[float]
@@ -235,36 +276,36 @@ def make_group(task, reward, problem, prompt_ids, ids, texts, sampler_logprobs=N
     """A Group scored by the task; on-policy iff the sampler's log-probs are given."""
     rewards = [task.reward(problem, t, reward) for t in texts]
     grades = [task.grade(problem, t) for t in texts]
-    return Group(problem, prompt_ids, ids, rewards, grades, sampler_logprobs,
+    return Group(prompt_ids, ids, rewards, grades, sampler_logprobs,
                  online=sampler_logprobs is not None)
 
 
 def write_offline(path, problems, groups):
     """Offline groups as JSONL (task fields + completions + finished), written atomically."""
-    common.write_jsonl_atomic(path, [{**problem, "completions": [s.text for s in group],
-                                      "finished": [s.finished for s in group]}
-                                     for problem, group in zip(problems, groups)])
+    write_jsonl(path, [{**problem, "completions": [s.text for s in group],
+                        "finished": [s.finished for s in group]}
+                       for problem, group in zip(problems, groups)])
 
 
 def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
     """(problem, n completions, n finished flags) from each row of an offline JSONL file: the
     task's fields, "completions" (>= n strings) and optionally "finished" (booleans; false = cut
-    at the length limit, no EOS). Bad rows: common.UsageError naming the file and row."""
+    at the length limit, no EOS). Bad rows: ValueError naming the file and row."""
     rows = []
-    for i, row in enumerate(common.read_jsonl(path, "file"), 1):
+    for i, row in enumerate(read_jsonl(path, "file"), 1):
         try:
             problem = task.problem_from_row(row)
         except ValueError as e:
-            raise common.UsageError(f"{path}: row {i}: {e}") from None
+            raise ValueError(f"{path}: row {i}: {e}") from None
         texts, finished = row.get("completions"), row.get("finished", [True] * n)
         for key, value, kind, what in (("completions", texts, str, f"at least --n {n} strings"),
                                        ("finished", finished, bool, f"{n} or more booleans")):
             if not (isinstance(value, list) and len(value) >= n
                     and all(isinstance(v, kind) for v in value)):
-                raise common.UsageError(f"{path}: row {i}: '{key}' must be a list of {what}")
+                raise ValueError(f"{path}: row {i}: '{key}' must be a list of {what}")
         rows.append((problem, texts[:n], finished[:n]))
     if not rows:
-        raise common.UsageError(f"{path}: no offline groups in it")
+        raise ValueError(f"{path}: no offline groups in it")
     return rows
 
 
@@ -283,18 +324,16 @@ def online_groups(args) -> int:
     return round(args.online_fraction * args.prompts)
 
 
-def sample_batch(args, inputs: common.Inputs, engine, offline, step) -> list[Group]:
+def sample_batch(engine, task, pool, prompts, offline, step, args) -> list[Group]:
     """round(f B) groups sampled now from pi (temperature 1, no top-p), then offline ones: epochs
     of seeded permutations of the offline set, a pure function of step (so --resume is exact)."""
     batch, n_online = [], online_groups(args)
     if n_online:
-        idx = np.random.default_rng([args.seed, step]).choice(len(inputs.pool), n_online,
-                                                              replace=False)
+        idx = np.random.default_rng([args.seed, step]).choice(len(pool), n_online, replace=False)
         sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0)
-        for i, g in zip(idx, engine.generate([inputs.prompts[i] for i in idx], sc)):
-            batch.append(make_group(inputs.task, args.reward, inputs.pool[i], inputs.prompts[i],
-                                    [s.ids for s in g], [s.text for s in g],
-                                    [s.logprobs for s in g]))
+        for i, g in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
+            batch.append(make_group(task, args.reward, pool[i], prompts[i], [s.ids for s in g],
+                                    [s.text for s in g], [s.logprobs for s in g]))
     pos = step * (args.prompts - n_online)  # offline groups taken before this step
     while len(batch) < args.prompts:
         epoch, offset = divmod(pos, len(offline))
@@ -305,53 +344,7 @@ def sample_batch(args, inputs: common.Inputs, engine, offline, step) -> list[Gro
     return batch
 
 
-def reference_samples(args, inputs: common.Inputs, run, engine) -> list[Group]:
-    """mu = pi_ref (§8.2): n samples of --offline-prompts training prompts drawn ONCE (seeded, so a
-    run killed while drawing them draws them again), kept in the run folder for --resume."""
-    path = run.path(REFERENCE_SAMPLES)
-    if not os.path.exists(path):
-        idx = np.random.default_rng([args.seed, 99]).choice(
-            len(inputs.pool), min(args.offline_prompts, len(inputs.pool)), replace=False)
-        print(f"sampling {len(idx)} prompts x {args.n} from the reference into {path}", flush=True)
-        engine.sync(inputs.ref_model)
-        sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed)
-        write_offline(path, [inputs.pool[i] for i in idx],
-                      engine.generate([inputs.prompts[i] for i in idx], sc))
-    rows = read_offline(path, inputs.task, args.n)  # read back: a resumed run sees the same tokens
-    return offline_groups(rows, inputs.task, args.reward, inputs.tokenizer, inputs.style)
-
-
-# ---- Inputs checked, one optimizer step, evaluation ----------------------------------------------
-def load_inputs(args, parser) -> tuple[common.Inputs, list | None, common.Run]:
-    """Flags and files checked (one line, exit 2, before the run folder is made), then loaded, with
-    the offline groups of --offline-data or of the resumed run (None: pi_ref is to be sampled)."""
-    n_online = online_groups(args)
-    try:
-        task = get_task(args.task)
-        args.reward = common.check_reward(task, args.reward)
-        if args.n < 2:
-            raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
-        if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
-            raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
-        if args.lr_baseline == "var" and n_online > 0 and args.n < 3:
-            raise ValueError("--lr-baseline var needs --n >= 3; use --lr-baseline none with n = 2")
-        if args.offline_data and n_online == args.prompts:
-            raise ValueError("--offline-data is unused when every group is on-policy")
-        pool, held_out = common.task_problems(task, args)
-        # read and checked before a model is loaded, or sft.py run to make one
-        path, rows = args.offline_data or os.path.join(args.resume or "", REFERENCE_SAMPLES), None
-        if n_online < args.prompts and (args.offline_data or args.resume and os.path.exists(path)):
-            rows = read_offline(path, task, args.n)
-        # no checkpoint: killed before its first one (the reference samples may be on disk)
-        inputs = common.load_inputs("agro", args, task, pool, held_out,
-                                    ("optimizer", "rng", "step"), required=False)
-        offline = None if rows is None else offline_groups(rows, task, args.reward,
-                                                           inputs.tokenizer, inputs.style)
-        return inputs, offline, common.Run(args.out, vars(args), resume=bool(args.resume))
-    except (common.UsageError, ValueError) as e:
-        parser.error(str(e))
-
-
+# ---- One optimizer step --------------------------------------------------------------------------
 def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool,
                          bf16: bool = False):
     """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
@@ -396,8 +389,11 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
                 diff = logprobs[j * args.n + k, :len(lp)].detach() - torch.tensor(lp, device=device)
                 gap = max(gap, diff.abs().max().item())  # 0 if sampled from these very weights
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    common.check_finite(step + 1, "--lr too large, or --beta / --lambda-lr against the rewards' "
-                        "scale", loss=loss_sum, grad_norm=grad_norm)
+    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
+        print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+              "weights not updated, the last checkpoint is the last good state. Likely cause: "
+              "--lr too large, or --beta / --lambda-lr against the rewards' scale", file=sys.stderr)
+        raise SystemExit(1)
     for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps
         group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
     optimizer.step()
@@ -419,66 +415,228 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
     return row
 
 
-def evaluate(args, inputs: common.Inputs, engine) -> dict:
-    """Held-out metrics per size (seeded) and KL(pi || pi_ref) = E_{y~pi} h(y) by Monte Carlo."""
-    metrics = common.evaluate_sizes(engine, inputs.task, inputs.eval_sets, k=args.eval_k,
-                                    max_new_tokens=args.max_new_tokens, reward_variant=args.reward)
-    metrics["kl_to_ref"] = common.kl_to_ref(engine, inputs, args.seed,
-                                            max_new_tokens=args.max_new_tokens, bf16=args.bf16)
+# ---- Evaluation ----------------------------------------------------------------------------------
+def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
+    """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
+    completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
+    meets the same random numbers; then KL(pi || pi_ref) = E_{y~pi} h(y) per sequence, by Monte
+    Carlo: the mean of h over 4 samples (T = 1, seed 0) of 64 training prompts."""
+    model.eval()
+    metrics = {}
+    for n, (problems, prompts) in eval_sets.items():
+        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
+                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
+                                                           seed=0))]:
+            groups = engine.generate(prompts, sc)
+            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
+    idx = np.random.default_rng([args.seed, 7]).choice(len(train_prompts),
+                                                        min(64, len(train_prompts)), replace=False)
+    groups = engine.generate([train_prompts[i] for i in idx],
+                             common.SamplingConfig(4, args.max_new_tokens, seed=0))
+    flat = [s for g in groups for s in g]
+    batch = ([s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp, mask = common.completion_logprobs(model, *batch, bf16=args.bf16)
+        ref_lp, _ = common.completion_logprobs(ref_model, *batch, bf16=args.bf16)
+    metrics["kl_to_ref"] = ((lp - ref_lp) * mask).sum(-1).mean().item()
     return metrics
+
+
+# ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
+def resumed_args(args, parser):
+    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
+    began; flags added since take their defaults, and another script's run is refused."""
+    try:
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        parser.error(f"--resume {args.resume}: no readable config.json there")
+    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags agro.py does not know "
+                     f"({', '.join(foreign[:5])}): another script's run")
+    if "model_path" in saved:  # the model it started from, not a newer `sft` run
+        saved["model"] = saved.pop("model_path")
+    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def keep_metrics_until(path: str, step: int) -> None:
+    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
+    torn by a kill mid-write; any other damaged line is a ValueError naming it."""
+    with open(path) as f:
+        lines = f.readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    kept = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
-    args = common.resumed_args(args, parser)  # a resumed run keeps the flags it was started with
+    if args.resume is not None:
+        args = resumed_args(args, parser)
     common.setup(args.seed, args.threads)
-    inputs, offline, run = load_inputs(args, parser)
-    model, tokenizer = inputs.model, inputs.tokenizer
+    n_online = online_groups(args)
+    # Every input is checked before anything long starts: bad input is one line and exit 2.
+    try:
+        task = get_task(args.task)
+        args.reward = args.reward or task.REWARD_VARIANTS[0]
+        if args.reward not in task.REWARD_VARIANTS:
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
+                             f"{', '.join(task.REWARD_VARIANTS)}")
+        if args.n < 2:
+            raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
+        if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
+            raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
+        if args.lr_baseline == "var" and n_online > 0 and args.n < 3:
+            raise ValueError("--lr-baseline var needs --n >= 3; use --lr-baseline none with n = 2")
+        if args.offline_data and n_online == args.prompts:
+            raise ValueError("--offline-data is unused when every group is on-policy")
+        pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
+                                      eval_sizes=args.eval_sizes, eval_size=args.eval_size,
+                                      seed=args.seed, source=args.problems)
+        if len(pool) < n_online:
+            raise ValueError(f"{n_online} on-policy prompts a batch are more than the {len(pool)} "
+                             "training problems")
+        args.out = args.out or time.strftime(f"runs/agro-{args.task}-%Y%m%d-%H%M%S")
+        metrics_path = os.path.join(args.out, "metrics.jsonl")
+        ckpt_path = os.path.join(args.out, "checkpoint.pt")
+        samples_path = os.path.join(args.out, REFERENCE_SAMPLES)
+        if not args.resume and os.path.exists(metrics_path):
+            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                             f"{args.out} or another --out")
+        rows = None  # offline groups known now, read before a model is loaded (or sft.py run)
+        if n_online < args.prompts and args.offline_data:
+            rows = read_offline(args.offline_data, task, args.n)
+        elif n_online < args.prompts and args.resume and os.path.exists(samples_path):
+            rows = read_offline(samples_path, task, args.n)  # the reference samples drawn before
+        state = None  # no checkpoint.pt on --resume: killed before its first one, start again
+        if args.resume and os.path.exists(ckpt_path):
+            try:  # the whole state of the run at its last checkpoint, one dict (see below)
+                state = dict(torch.load(ckpt_path, weights_only=False))
+            except Exception as e:  # a truncated or foreign file: torch raises many kinds
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
+                                 f"({type(e).__name__})") from None
+            missing = sorted({"model", "optimizer", "rng", "step"} - set(state))
+            if missing:
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
+        args.model_path = common.resolve_model_path(args.model, task=args.task)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer = common.load_model(args.model_path, device=device,
+                                             grad_checkpoint=args.grad_checkpoint)
+        ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
+        if os.path.exists(metrics_path):
+            keep_metrics_until(metrics_path, state["step"] if state else -1)
+    except (common.UsageError, ValueError) as e:
+        parser.error(str(e))
+    style = common.prompt_style(model, tokenizer)
+    prompts = common.encode_prompts(task, pool, tokenizer, style)
+    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
+                 for n, ps in held_out.items()}
+    offline = None if rows is None else offline_groups(rows, task, args.reward, tokenizer, style)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    step = common.restore(inputs.state, optimizer, run)
-    engine = common.make_engine(args.engine, model, tokenizer, inputs.ckpt or args.model_path,
-                                seed=args.seed)
-    with common.StopOnInterrupt() as stop:
-        if online_groups(args) < args.prompts and offline is None:
-            offline = reference_samples(args, inputs, run, engine)  # mu = pi_ref, drawn once
-        engine.sync(model)
-        print(f"agro: {common.count_parameters(model) / 1e6:.2f}M parameters from "
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
+    start = 0
+    if state:  # exact resume: the weights, AdamW's moments, every random stream, the step
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        common.set_rng_state(state["rng"])
+        start = state["step"]
+        print(f"resumed {args.out} at step {start}")
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
+    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
+
+    def on_ctrl_c(signum, frame):
+        if stop:
+            raise KeyboardInterrupt
+        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
+    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        if n_online < args.prompts and offline is None:  # mu = pi_ref (§8.2), drawn once
+            if not os.path.exists(samples_path):  # seeded: a run killed here draws them again
+                idx = np.random.default_rng([args.seed, 99]).choice(
+                    len(pool), min(args.offline_prompts, len(pool)), replace=False)
+                print(f"sampling {len(idx)} prompts x {args.n} from the reference into "
+                      f"{samples_path}", flush=True)
+                engine.sync(ref_model)
+                sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens,
+                                           seed=args.seed)
+                write_offline(samples_path, [pool[i] for i in idx],
+                              engine.generate([prompts[i] for i in idx], sc))
+            rows = read_offline(samples_path, task, args.n)  # a resumed run sees the same tokens
+            offline = offline_groups(rows, task, args.reward, tokenizer, style)
+        engine.sync(model)  # the policy's weights (resumed, if so)
+        print(f"agro: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
               f"{args.model_path}, engine {engine.name}, loss {args.loss}, B={args.prompts} "
-              f"({online_groups(args)} on-policy) n={args.n} beta={args.beta} "
-              f"lambda_LR={args.lambda_lr}, run {run.dir}")
-        if step == 0:
-            run.log(0, evaluate(args, inputs, engine))
-        bar = tqdm(total=args.steps, initial=step, desc=f"agro {args.loss}", dynamic_ncols=True)
+              f"({n_online} on-policy) n={args.n} beta={args.beta} lambda_LR={args.lambda_lr}, "
+              f"run {args.out}")
+        log_file = open(metrics_path, "a")
+        wall = time.time()
+
+        def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most it
+            row = {"step": step, "time": round(time.time() - wall, 3), **row}
+            log_file.write(json.dumps(row) + "\n")
+            log_file.flush()
+            if "kl_to_ref" in row:  # the progress line of an evaluation
+                shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+                tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}"
+                                                        for k in shown + ["kl_to_ref"]))
+        if start == 0:
+            log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
+        bar = tqdm(total=args.steps, initial=start, desc=f"agro {args.loss}", dynamic_ncols=True)
         deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
-        snapshots = common.Snapshots(args.snapshots, started, run.dir)
-        done = step  # optimizer steps taken
-        for step in range(step, args.steps):
-            snapshots.take(model, tokenizer, step)
+        for step in range(start, args.steps):
             t0 = time.perf_counter()
-            batch = sample_batch(args, inputs, engine, offline, step)  # fresh and offline groups
+            batch = sample_batch(engine, task, pool, prompts, offline, step, args)
             t_gen = time.perf_counter() - t0
-            row = agro_step(model, inputs.ref_model, optimizer, batch, args, step,
-                            tokenizer.pad_token_id)
+            row = agro_step(model, ref_model, optimizer, batch, args, step, tokenizer.pad_token_id)
             engine.sync(model)  # the next on-policy groups come from exactly these weights
             done = step + 1
             row.update(time_generate=t_gen, time_step=time.perf_counter() - t0)
             last = done == args.steps or time.monotonic() >= deadline
             if done % args.eval_every == 0 or last:
-                row.update(evaluate(args, inputs, engine))
-                common.report(done, row)
-            run.log(done, row)
+                row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
+            log(done, row)
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}")
-            if done % args.save_every == 0 or last or stop.requested:
-                common.save_state(run, model, tokenizer, optimizer, step=done)
-            if stop.requested:
+            if done % args.save_every == 0 or last or stop:  # atomically: a kill keeps the old
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                         "rng": common.rng_state(), "step": done}
+                torch.save(state, ckpt_path + ".tmp")
+                os.replace(ckpt_path + ".tmp", ckpt_path)
+            if stop:
                 bar.close()
-                common.exit_interrupted("agro.py", run.dir, done)
+                print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
+                      f"agro.py --resume {args.out}", file=sys.stderr)
+                raise SystemExit(130)
             if last:
                 break
-        bar.close()
-    return common.finish(run, model, tokenizer, engine, snapshots, done)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+    bar.close()
+    final = os.path.join(args.out, "final")  # the next script's --model, a Hugging Face folder
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
+    engine.close()
+    log_file.close()
+    print(f"done: final model in {final}  ({metrics_path})")
+    return args.out
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """JSON-lines files of problems and samples, for any task: one reader, so every script and task
-reports a bad file alike (one line naming the file and line, a ValueError), and one atomic writer."""
+reports a bad file alike (one line naming the file and line, a ValueError), one atomic writer."""
 import json
 import os
 

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -506,7 +505,7 @@ def _one_step(loss, online, rewards=(1.0, 0.0)):
                                "--warmup", "1", "--clip", "100", "--lr-baseline", "none"])
     model, ref = Unigram([0.0, 0.0]), Unigram([math.log(1 / 4), math.log(3 / 4)])
     lp = [[math.log(0.5)], [math.log(0.5)]] if online else None
-    group = agro.Group({}, [0], [[0], [1]], list(rewards), ["correct", "wrong"], lp, online)
+    group = agro.Group([0], [[0], [1]], list(rewards), ["correct", "wrong"], lp, online)
     row = agro.agro_step(model, ref, torch.optim.SGD(model.parameters(), lr=1.0), [group], args,
                          0, 0)
     return model.logits.detach(), row
@@ -543,7 +542,7 @@ def test_nonfinite_loss_stops_before_the_weights_change(capsys):
     assert "step 1: non-finite loss=nan" in capsys.readouterr().err.strip().splitlines()[-1]
     _, args = agro.parse_args(["--beta", "1", "--n", "2"])
     model = Unigram([0.0, 0.0])
-    group = agro.Group({}, [0], [[0], [1]], [float("nan"), 0.0], ["correct", "wrong"], None, False)
+    group = agro.Group([0], [[0], [1]], [float("nan"), 0.0], ["correct", "wrong"], None, False)
     with pytest.raises(SystemExit):
         agro.agro_step(model, Unigram([0.0, 1.0]), torch.optim.SGD(model.parameters(), lr=1.0),
                        [group], args, 0, 0)
@@ -664,19 +663,17 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_pat
 # -------------------------------------------------------------------------------------------------
 # Faults: corrupt files, a CLI fuzz, kill and resume
 # -------------------------------------------------------------------------------------------------
-def _run_folder(tmp_path, tiny_path, with_state):
-    """A run folder as agro.py leaves it, with a damaged checkpoint."""
+def _run_folder(tmp_path, tiny_path, whole):
+    """A run folder as agro.py leaves it, with a damaged checkpoint.pt."""
     run = tmp_path / "run"
-    (run / "checkpoint").mkdir(parents=True)
+    run.mkdir()
     _, args = agro.parse_args(["--model", tiny_path, "--sizes", "3", "--train-size", "10",
                                "--eval-size", "2"])
     json.dump({**vars(args), "out": str(run)}, open(run / "config.json", "w"))
-    if with_state:  # trainer state present, model files missing
-        torch.save({"optimizer": {}, "rng": {}, "step": 1}, run / "checkpoint" / "trainer_state.pt")
-    else:  # model files present, trainer state cut short
-        for name in os.listdir(tiny_path):
-            (run / "checkpoint" / name).write_bytes((Path(tiny_path) / name).read_bytes())
-        (run / "checkpoint" / "trainer_state.pt").write_bytes(b"PK\x03\x04 cut")
+    if whole:  # a readable dict, the model's weights missing
+        torch.save({"optimizer": {}, "rng": {}, "step": 1}, run / "checkpoint.pt")
+    else:  # cut short
+        (run / "checkpoint.pt").write_bytes(b"PK\x03\x04 cut")
     return str(run)
 
 
@@ -685,8 +682,8 @@ def _run_folder(tmp_path, tiny_path, with_state):
     ("offline 'finished' not booleans", "'finished' must be a list of 3 or more booleans"),
     ("problems file with a wrong field", "problems.jsonl:1"),
     ("resume folder without config.json", "no readable config.json"),
-    ("checkpoint with a cut trainer_state.pt", "unreadable trainer_state.pt"),
-    ("checkpoint without model files", "incomplete (no config.json or no weights)"),
+    ("checkpoint.pt cut short", "checkpoint.pt: unreadable"),
+    ("checkpoint.pt without the model weights", "checkpoint.pt: no model"),
 ])
 def test_corrupt_files_give_one_line_and_status_2(case, message, tiny_path, tmp_path, monkeypatch,
                                                   capsys):
@@ -707,7 +704,7 @@ def test_corrupt_files_give_one_line_and_status_2(case, message, tiny_path, tmp_
         (tmp_path / "empty").mkdir()
         argv = ["--resume", "empty"]
     else:
-        argv = ["--resume", _run_folder(tmp_path, tiny_path, with_state="model files" in case)]
+        argv = ["--resume", _run_folder(tmp_path, tiny_path, whole="model weights" in case)]
     with pytest.raises(SystemExit) as e:
         agro.main(argv)
     err = capsys.readouterr().err

@@ -59,9 +59,9 @@ def _step(name: str, tiny_path, device) -> tuple[dict, dict]:
     elif name.startswith("agro"):  # on-policy and offline groups; klpg: the per-token KL too
         loss = name.split()[1]
         args = agro.parse_args(["--n", str(K), "--micro-batch", "2", "--loss", loss])[1]
-        batch = [agro.Group(p, g[0].prompt_ids, [s.ids for s in g], REWARDS, ["wrong"] * K,
+        batch = [agro.Group(g[0].prompt_ids, [s.ids for s in g], REWARDS, ["wrong"] * K,
                             [s.logprobs for s in g] if i % 2 else None, bool(i % 2))
-                 for i, (p, g) in enumerate(zip(FOUR, groups))]
+                 for i, g in enumerate(groups)]
         row = agro.agro_step(model, ref, optimizer, batch, args, 0, pad)
     elif name == "spo":
         args = spo.parse_args(["--micro-batch", "5"])[1]

@@ -28,7 +28,7 @@ def standin_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def taught_path(standin_path, tmp_path_factory):
     """The stand-in taught to answer PROBLEMS[0] then stop with <|im_end|>, PROBLEMS[1] then with
-    <|endoftext|> (the second EOS, also the pad id), saved with save_pretrained as a run's final/ is."""
+    <|endoftext|> (the second EOS, also the pad id), saved as a run's final/ is."""
     common.setup(0, 1)
     model, tok = common.load_model(standin_path)
     im_end, eot = tok.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
