@@ -166,7 +166,7 @@ def agro_offpolicy_weights(rpi: torch.Tensor) -> torch.Tensor:
     return rpi - loo_baseline(rpi)
 
 
-def agro_onpolicy_weights(rpi, beta: float, lambda_lr: float = 1.0, lr_baseline: str = "var"):
+def agro_onpolicy_weights(rpi, beta: float, lambda_lr: float, lr_baseline: str = "var"):
     """On-policy AGRO weights w_i / beta (Eqs. 5-6).  rpi: [B, n] -> [B, n]
     w_i = beta (r_pi,i - b_i) - lambda_lr 1/2 [(r_pi,i - b_i)^2 - v_i], divided by beta to give the
     pathwise part the off-policy scale. E[(r_pi,i - b_i)^2 | y_i] = (r_pi,i - m)^2 + Var/(n-1): any
@@ -408,8 +408,8 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
         on_grades = [gr for g in batch if g.online for gr in g.grades]
         row.update(kl=h_on.mean().item(), logprob_gap=gap,
                    online_accuracy=float(np.mean([gr == "correct" for gr in on_grades])))
-    if len(h_off):  # on reference samples, mean h = -KL(pi_ref || pi) (when mu = pi_ref)
-        row["h_offline"] = h_off.mean().item()
+    if len(h_off):  # mean h on the offline texts re-tokenised, not on mu's own tokens: near
+        row["h_offline_retokenised"] = h_off.mean().item()  # -KL(pi_ref || pi) when mu = pi_ref
     if kls:
         row["token_kl"] = torch.cat(kls).mean().item()
     return row

@@ -512,6 +512,9 @@ def main(argv=None):
         if not offline and args.online_fraction < 1.0:
             raise ValueError(f"--offline-data {args.offline_data}: every row stopped unfinished "
                              f"before --max-new-tokens {args.max_new_tokens}")
+        metrics_path = os.path.join(args.out, "metrics.jsonl")
+        if os.path.exists(metrics_path):
+            keep_metrics_until(metrics_path, state["step"] if state else -1)
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
@@ -524,10 +527,7 @@ def main(argv=None):
     with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
         json.dump(vars(args), f, indent=2, default=str)
     os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
-    metrics_path = os.path.join(args.out, "metrics.jsonl")
     ckpt_path = os.path.join(args.out, "checkpoint.pt")
-    if os.path.exists(metrics_path):
-        keep_metrics_until(metrics_path, state["step"] if state else -1)
     start = 0
     if state:  # exact resume: the weights, the sampler's, AdamW, lr schedule, RNGs, the step
         model.load_state_dict(state["model"])

@@ -544,6 +544,8 @@ def main(argv=None):
         own = os.path.join(args.out, f"data-{resume_it}.jsonl")
         if state and resume_it not in data and os.path.exists(own):
             data[resume_it] = read_rows(own, task, tokenizer, style)
+        if os.path.exists(metrics_path):
+            keep_metrics_until(metrics_path, state["step"] if state else -1)
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
     # --data without LP_mu: mu is the start model at T = 1, as loaded (not a checkpoint's weights)
@@ -557,8 +559,6 @@ def main(argv=None):
     with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
         json.dump(vars(args), f, indent=2, default=str)
     os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
-    if os.path.exists(metrics_path):
-        keep_metrics_until(metrics_path, state["step"] if state else -1)
     start_it, start_epoch, start_batch, step = 0, 0, 0, 0  # the next step's place; steps done
     if state:  # exact resume: the weights, AdamW's moments, every random stream, the position
         model.load_state_dict(state["model"])

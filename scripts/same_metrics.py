@@ -46,8 +46,12 @@ def main():
     p.add_argument("--out", required=True, help="folder for the runs (emptied first)")
     p.add_argument("--compare", default=None, help="another --out folder to compare with")
     p.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
+    p.add_argument("--renamed", default="", metavar="OLD=NEW,...",
+                   help="metrics renamed since the --compare folder was made, compared by value "
+                        "(in every run of --runs: give only the runs that renamed them)")
     args = p.parse_args()
     model, differ = os.path.abspath(args.model), False
+    renamed = dict(pair.split("=", 1) for pair in args.renamed.split(",") if pair)
     for name in args.runs.split(","):
         script, flags = RUNS[name]
         out = os.path.abspath(os.path.join(args.out, name))
@@ -60,6 +64,7 @@ def main():
         line = f"{name}: {len(rows(out))} rows"
         if args.compare:
             mine, theirs = rows(out), rows(os.path.join(args.compare, name))
+            theirs = [{renamed.get(k, k): v for k, v in row.items()} for row in theirs]
             same = mine == theirs
             differ |= not same
             line += ", identical" if same else ", DIFFERENT"

@@ -165,7 +165,7 @@ def test_on_fresh_samples_offpolicy_agro_is_rloo_with_the_kl_in_the_reward():
     rloo_kl = grad(lambda lp, h: rloo.rloo_loss(
         lp, mask, rloo.rloo_advantages(rloo.regularised_rewards(r, h, beta)).reshape(-1)))
     agro_on = grad(lambda lp, h: agro.agro_loss(
-        lp, mask, agro.agro_onpolicy_weights(agro.regularised_rewards(r, h, beta), beta)
+        lp, mask, agro.agro_onpolicy_weights(agro.regularised_rewards(r, h, beta), beta, 1.0)
         .reshape(-1)))
     rloo_no_kl = grad(lambda lp, h: rloo.rloo_loss(lp, mask, rloo.rloo_advantages(r).reshape(-1)))
     assert (agro_off - rloo_kl).abs().max().item() < 1e-12
@@ -437,7 +437,8 @@ def depth2_expectations(t1, t2, ref1, ref2, r, beta, n=3):
             agro.agro_offpolicy_weights(agro.regularised_rewards(r_g, h, beta)).reshape(-1)),
         "AGRO on-policy (Eqs. 5-6, lambda_LR 1)": lambda lp_s, kl_s, r_g, h: agro.agro_loss(
             lp_s, mask,
-            agro.agro_onpolicy_weights(agro.regularised_rewards(r_g, h, beta), beta).reshape(-1)),
+            agro.agro_onpolicy_weights(agro.regularised_rewards(r_g, h, beta), beta, 1.0)
+            .reshape(-1)),
         "per-token KL-PG": lambda lp_s, kl_s, r_g, h: agro.klpg_loss(lp_s, mask, r_g, kl_s, beta),
         "sequence-KL PG (RLOO)": lambda lp_s, kl_s, r_g, h: agro.klpg_loss(
             lp_s, mask, r_g, kl_s, beta, h=h, online=torch.ones(G, dtype=torch.bool)),
@@ -530,7 +531,8 @@ def test_agro_step_on_a_hand_checked_case(loss, online):
     if online:
         assert row["kl"] == pytest.approx(kl, abs=1e-6) and row["logprob_gap"] < 1e-6
     else:
-        assert row["h_offline"] == pytest.approx(kl, abs=1e-6) and "logprob_gap" not in row
+        assert row["h_offline_retokenised"] == pytest.approx(kl, abs=1e-6)
+        assert "logprob_gap" not in row
 
 
 def test_nonfinite_loss_stops_before_the_weights_change(capsys):
@@ -590,7 +592,7 @@ def test_offpolicy_run_learns_from_an_offline_file(weak_sft, tmp_path):
     assert after > before + 0.08, (before, after)
     rows = _rows(out)[1:]
     # off-policy only; pi has moved
-    assert "logprob_gap" not in rows[0] and rows[-1]["h_offline"] != 0
+    assert "logprob_gap" not in rows[0] and rows[-1]["h_offline_retokenised"] != 0
 
 
 def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
@@ -610,7 +612,8 @@ def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
     a, b = _rows(straight), _rows(resumed)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
     assert [r["loss"] for r in a[1:]] == pytest.approx([r["loss"] for r in b[1:]], abs=1e-6)
-    assert all(r["logprob_gap"] < 1e-4 for r in a[1:]) and all("h_offline" in r for r in a[1:])
+    assert all(r["logprob_gap"] < 1e-4 for r in a[1:]) and all("h_offline_retokenised" in r
+                                                                  for r in a[1:])
     wa = common.load_model(os.path.join(straight, "final"))[0].state_dict()
     wb = common.load_model(os.path.join(resumed, "final"))[0].state_dict()
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
