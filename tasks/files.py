@@ -4,9 +4,10 @@ import json
 import os
 
 
-def read_jsonl(path: str, what: str = "data file") -> list[dict]:
-    """The JSON objects of a JSONL file; blank lines are skipped. A truncated last line (what a
-    killed writer leaves) is reported as such, never skipped silently."""
+def numbered_rows(path: str, what: str = "data file"):
+    """(line number, JSON object) of each non-blank line of a JSONL file; a bad file is a one-line
+    ValueError naming it and the line, and a truncated last line (what a killed writer leaves) is
+    reported as such, never skipped silently."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
@@ -14,7 +15,6 @@ def read_jsonl(path: str, what: str = "data file") -> list[dict]:
         raise ValueError(f"no such {what}: {path}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read {what} {path}: {e}") from None
-    rows = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -25,9 +25,13 @@ def read_jsonl(path: str, what: str = "data file") -> list[dict]:
             cut = " (truncated: a killed writer?)" if truncated else ""
             raise ValueError(f"{path}:{lineno}: bad JSON{cut} ({e.msg})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+            raise ValueError(f"{path}:{lineno}: expected an object, got {type(row).__name__}")
+        yield lineno, row
+
+
+def read_jsonl(path: str, what: str = "data file") -> list[dict]:
+    """The JSON objects of a JSONL file (numbered_rows)."""
+    return [row for _, row in numbered_rows(path, what)]
 
 
 def write_jsonl(path: str, rows: list[dict]) -> None:
@@ -39,25 +43,12 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 
 
 def read_problems(path, problem_from_row):
-    """The problems of a file of JSON lines, each made by the task's `problem_from_row`.
-
-    Blank lines are skipped. Any problem raises a one-line ValueError naming the file and line.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except FileNotFoundError:
-        raise ValueError(f"no such data file: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from None
+    """The problems of a file of JSON lines, each made by the task's `problem_from_row`; any problem
+    is a one-line ValueError naming the file and line."""
     problems = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, row in numbered_rows(path):
         try:
-            problems.append(problem_from_row(json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: bad JSON ({e.msg})") from None
+            problems.append(problem_from_row(row))
         except ValueError as e:
             raise ValueError(f"{path}:{lineno}: {e}") from None
     if not problems:
