@@ -401,12 +401,15 @@ def main(argv=None):
         state = None
         if args.resume:
             try:  # the whole state of the run at its last checkpoint, one dict (see below)
-                state = torch.load(ckpt_path, weights_only=False)
+                state = dict(torch.load(ckpt_path, weights_only=False))
             except FileNotFoundError:
                 raise ValueError(f"--resume {args.resume}: no checkpoint to resume from") from None
             except Exception as e:  # a truncated or foreign file: torch raises many kinds
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
                                  f"({type(e).__name__})") from None
+            missing = sorted({"model", "optimizer", "rng", "step"} - set(state))
+            if missing:
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
         args.model_path = common.resolve_model_path(args.model, task=args.task)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model_path, device=device,

@@ -296,12 +296,15 @@ def main(argv=None):
         state = None
         if args.resume:
             try:  # the whole state of the run at its last checkpoint, one dict (see below)
-                state = torch.load(ckpt_path, weights_only=False)
+                state = dict(torch.load(ckpt_path, weights_only=False))
             except FileNotFoundError:
                 raise ValueError(f"--resume {args.resume}: no checkpoint to resume from") from None
             except Exception as e:  # a truncated or foreign file: torch raises many kinds
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
                                  f"({type(e).__name__})") from None
+            missing = sorted({"model", "optimizer", "scheduler", "rng", "step"} - set(state))
+            if missing:
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
         if rows is not None:
             problems, completions, given = data_examples(task, rows, args.data)
         else:

@@ -265,10 +265,14 @@ def check_args(args, parser) -> tuple:
         ckpt_path, state = os.path.join(args.out, "checkpoint.pt"), None
         if args.resume and os.path.exists(ckpt_path):  # none: stopped before its first save
             try:  # the whole state of the run at its last checkpoint, one dict (see main)
-                state = torch.load(ckpt_path, weights_only=False)
+                state = dict(torch.load(ckpt_path, weights_only=False))
             except Exception as e:  # a truncated or foreign file: torch raises many kinds
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
                                  f"({type(e).__name__})") from None
+            keys = {"model", "optimizer", "schedule", "rng", "step", "sampler"}
+            missing = sorted(keys - set(state))
+            if missing:
+                raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
         return task, pool, held_out, offline, state
     except (common.UsageError, ValueError) as e:
         parser.error(str(e))
