@@ -39,8 +39,9 @@ _set_num_threads = torch.set_num_threads
 
 
 # ---- 1. argparse types and bad input -------------------------------------------------------------
-class UsageError(Exception):
-    """Bad input from the user (a flag, a path, a data file): scripts print one line and exit 2."""
+class UsageError(ValueError):
+    """Bad input from the user (a flag, a path, a model): scripts catch ValueError, print one line
+    and exit 2."""
 
 
 def _checked(name: str, cast, ok, what: str):

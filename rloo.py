@@ -417,7 +417,7 @@ def main(argv=None):
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
         if os.path.exists(metrics_path):
             keep_metrics_until(metrics_path, state["step"] if state else -1)
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         parser.error(str(e))
     style = common.prompt_style(model, tokenizer)
     prompts = common.encode_prompts(task, pool, tokenizer, style)

@@ -323,7 +323,7 @@ def main(argv=None):
                              "training examples")
         if os.path.exists(metrics_path):
             keep_metrics_until(metrics_path, state["step"] if state else -1)
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         parser.error(str(e))
     if rows is not None:
         differ = sum(g is not None and g != common.prompt_text(task, p, tokenizer, style)

@@ -274,7 +274,7 @@ def check_args(args, parser) -> tuple:
             if missing:
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
         return task, pool, held_out, offline, state
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         parser.error(str(e))
 
 
@@ -519,7 +519,7 @@ def main(argv=None):
         metrics_path = os.path.join(args.out, "metrics.jsonl")
         if os.path.exists(metrics_path):
             keep_metrics_until(metrics_path, state["step"] if state else -1)
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         parser.error(str(e))
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
                  for n, ps in held_out.items()}

@@ -546,7 +546,7 @@ def main(argv=None):
             data[resume_it] = read_rows(own, task, tokenizer, style)
         if os.path.exists(metrics_path):
             keep_metrics_until(metrics_path, state["step"] if state else -1)
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         parser.error(str(e))
     # --data without LP_mu: mu is the start model at T = 1, as loaded (not a checkpoint's weights)
     if any("lp_mu" not in r for r in data.get(0, [])):

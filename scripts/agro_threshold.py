@@ -52,7 +52,7 @@ def main(argv=None):
                  else list(task.SIZES))
         betas = [common.finite_float(b) for b in args.betas.split(",")]
         model, tokenizer = common.load_model(common.resolve_model_path(args.model, task=args.task))
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         p.error(str(e))
     common.setup(args.seed, args.threads)
     gap = task.REWARDS[args.reward]["correct"] - task.REWARDS[args.reward]["wrong"]

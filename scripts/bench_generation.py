@@ -44,7 +44,7 @@ def main():
         model, tok = common.load_model(
             path, device="cuda" if common.torch.cuda.is_available() else "cpu")
         task = get_task(args.task)
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         p.error(str(e))
     problems = task.get_problems("test", args.prompts, size=3)
     prompts = common.encode_prompts(task, problems, tok, common.prompt_style(model, tok))

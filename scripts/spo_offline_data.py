@@ -54,7 +54,7 @@ def main(argv=None):
         pool = [q for n in args.sizes or task.SIZES
                 for q in task.get_problems("train", args.train_prompts, size=n, seed=args.seed)]
         model, tok = common.load_model(common.resolve_model_path(args.model, task=args.task))
-    except (common.UsageError, ValueError) as e:
+    except ValueError as e:  # UsageError is one
         p.error(str(e))
     prompts = common.encode_prompts(task, pool, tok, common.prompt_style(model, tok))
     engine, rng = common.HFEngine(model, tok), np.random.default_rng(args.seed)
