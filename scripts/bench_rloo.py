@@ -54,17 +54,25 @@ def one_setting(args) -> dict:
     """Run rloo.py's step functions with the setting's flags; return per-step figures."""
     import torch
     import rloo
-    parser, rargs = rloo.parse_args(["--model", args.model, "--threads", str(args.threads),
-                                     "--out", os.path.join(args.tmp, "run"),
-                                     "--eval-size", "1"] + shlex.split(args.setting))
+    from tasks import get_task, problem_sets
+    rargs = rloo.parse_args(["--model", args.model, "--threads", str(args.threads),
+                             "--out", os.path.join(args.tmp, "run"),
+                             "--eval-size", "1"] + shlex.split(args.setting))[1]
     common.setup(rargs.seed, rargs.threads)
-    inputs, _ = rloo.load_inputs(rargs, parser)
-    model = inputs.model
+    task = get_task(rargs.task)  # the inputs as rloo.py's main() makes them
+    rargs.reward = rargs.reward or task.REWARD_VARIANTS[0]
+    pool, _ = problem_sets(task, sizes=rargs.sizes, train_size=rargs.train_size, eval_sizes=None,
+                           eval_size=1, seed=rargs.seed, source=rargs.problems)
+    rargs.model_path = common.resolve_model_path(rargs.model, task=rargs.task)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = common.load_model(rargs.model_path, device=device,
+                                         grad_checkpoint=rargs.grad_checkpoint)
+    ref_model = common.load_model(rargs.model_path, device=device)[0].requires_grad_(False)
+    prompts = common.encode_prompts(task, pool, tokenizer, common.prompt_style(model, tokenizer))
     optimizer = torch.optim.AdamW(model.parameters(), lr=rargs.lr, weight_decay=0.0)
-    engine = common.make_engine(rargs.engine, model, inputs.tokenizer, rargs.model_path)
+    engine = common.make_engine(rargs.engine, model, tokenizer, rargs.model_path)
     clock = Clock()
     engine.generate = clock.wrap("generate", engine.generate)
-    task = inputs.task
     task.reward = clock.wrap("rewards", task.reward)
     forward = common.completion_logprobs
     common.completion_logprobs = clock.wrap("forward", forward)
@@ -75,9 +83,9 @@ def one_setting(args) -> dict:
     for step in range(args.steps + 1):  # step 0 warms up
         clock.parts.clear()
         t = time.perf_counter()
-        batch = rloo.draw_batch(engine, task, inputs.pool, inputs.prompts, step, rargs)
-        rloo.rloo_step(model, inputs.ref_model, optimizer, batch.groups, rargs,
-                       inputs.tokenizer.pad_token_id, step)
+        batch = rloo.draw_batch(engine, task, pool, prompts, step, rargs)
+        rloo.rloo_step(model, ref_model, optimizer, batch.groups, rargs, tokenizer.pad_token_id,
+                       step)
         engine.sync(model)
         if step == 0:
             continue
