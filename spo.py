@@ -269,8 +269,8 @@ def check_args(args, parser) -> tuple:
             except Exception as e:  # a truncated or foreign file: torch raises many kinds
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
                                  f"({type(e).__name__})") from None
-            keys = {"model", "optimizer", "schedule", "rng", "step", "sampler"}
-            missing = sorted(keys - set(state))
+            needed = {"model", "optimizer", "schedule", "rng", "step", "sampler"}
+            missing = sorted(needed - set(state))
             if missing:
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
         return task, pool, held_out, offline, state

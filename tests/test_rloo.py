@@ -340,7 +340,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
-def test_run_folder_refuses_to_overwrite(tiny_path, tmp_path, capsys):
+def test_run_folder_refuses_to_overwrite(tiny_path, tmp_path, capsys, monkeypatch):
+    """Refused before any model is loaded (a run that went on would fail here, not run 400
+    steps)."""
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     run = tmp_path / "r"
     run.mkdir()
     (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 0.5}) + "\n")
