@@ -63,7 +63,7 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets
+from tasks import get_task, problem_sets, problems_source
 from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
@@ -84,7 +84,7 @@ def parse_args(argv=None):
                    help="v_i in g_LR (agro_onpolicy_weights): var, unbiased and centred (n >= 3)")
     p.add_argument("--online-fraction", type=common.fraction, default=None,
                    help="on-policy share of each batch's groups: 1 with --mode onpolicy, else 0")
-    p.add_argument("--offline-data", type=common.existing_file, default=None, metavar="FILE",
+    p.add_argument("--offline-data", default=None, metavar="FILE",
                    help="JSONL of offline groups (read_offline); default: pi_ref's samples")
     p.add_argument("--offline-prompts", type=common.positive_int, default=2048,
                    help="without --offline-data: prompts sampled n times from pi_ref first")
@@ -108,7 +108,7 @@ def parse_args(argv=None):
     p.add_argument("--model", default=None, help="start and reference model pi_ref: a folder, a "
                    "hub id, or `sft` (the newest sft.py run of --task); default: that run, "
                    "trained first with sft.py's defaults where there is none")
-    p.add_argument("--problems", type=common.problems_source, default=None,
+    p.add_argument("--problems", type=problems_source, default=None,
                    help="training problems from a JSONL file, `hub` or a hub dataset id")
     p.add_argument("--train-size", type=common.positive_int, default=20000,
                    help="training problems a size")
@@ -531,10 +531,10 @@ def main(argv=None):
             missing = sorted({"model", "optimizer", "rng", "step"} - set(state))
             if missing:
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
-        args.model_path = common.resolve_model_path(args.model, task=args.task)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tokenizer = common.load_model(args.model_path, device=device,
+        model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              grad_checkpoint=args.grad_checkpoint)
+        args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
         if os.path.exists(metrics_path):
             keep_metrics_until(metrics_path, state["step"] if state else -1)

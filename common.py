@@ -3,7 +3,7 @@ own run (flags, data, loss, loop, evaluation, checkpoint and resume). tasks/ hol
 
   1. argparse types: bad input -> one line, exit 2     (positive_int, int_list, UsageError, ...)
   2. seeding, RNG state, CPU threads, TF32 on a GPU      (setup, rng_state, set_rng_state)
-  3. models: the built-in `tiny` model, any HF model       (resolve_model_path, load_model)
+  3. models: the built-in `tiny` model, any HF model       (load_model, resolve_model_path)
   4. prompts through the task and the chat template        (prompt_style, encode_prompts)
   5. log-probs of given completions, in fp32 chunks        (completion_logprobs, token_logprobs)
   6. generation engines with weight sync     (make_engine: KVEngine, HFEngine, VLLMEngine)
@@ -76,24 +76,8 @@ def int_list(text: str) -> list[int]:
     return [positive_int(n) for n in text.split(",")]
 
 
-def existing_file(text: str) -> str:
-    """argparse type: the path of a file that exists."""
-    if not os.path.isfile(text):
-        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
-    return text
-
-
-def problems_source(text: str) -> str:
-    """argparse type: a JSONL file of problems, `hub` (the task's hub set) or a hub dataset id."""
-    if text == "hub" or os.path.isfile(text) or (HUB_ID.match(text) and not os.path.exists(text)):
-        return text
-    raise argparse.ArgumentTypeError(f"no such file (nor `hub`, nor a hub id): {text!r}")
-
-
 # argparse reports the type's name in "invalid positive integer value: '0'"
 int_list.__name__ = "comma-separated positive integers"
-problems_source.__name__ = "problems source"
-existing_file.__name__ = "file"
 
 
 # ---- 2. Seeding, RNG state and threads -----------------------------------------------------------
@@ -266,9 +250,11 @@ def latest_sft_model(task: str | None, runs: str = "runs", train_first: bool = F
     return latest_sft_model(task, runs)
 
 
-def load_model(path: str, dtype: str = "float32", device: str = "cpu",
-               grad_checkpoint: bool = False):
-    """Load (model, tokenizer) from a folder or hub id given by resolve_model_path.
+def load_model(name_or_path: str | None, dtype: str = "float32", device: str = "cpu",
+               grad_checkpoint: bool = False, *, task: str | None = None,
+               run_dir: str | None = None):
+    """Load (model, tokenizer) of `tiny`, `sft`, None, a folder or a hub id (resolve_model_path,
+    with `task` and `run_dir`); `model.name_or_path` is the folder or hub id it came from.
 
     The model comes back in eval() mode with dropout off, so that every importance ratio is exactly
     1 at initialisation; training code calls model.train() itself. `dtype` is explicit: a hub
@@ -277,6 +263,7 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu",
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    path = resolve_model_path(name_or_path, run_dir, task)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))

@@ -49,7 +49,7 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets
+from tasks import get_task, problem_sets, problems_source
 from tasks.scoring import score
 
 
@@ -93,7 +93,7 @@ def parse_args(argv=None):
     p.add_argument("--model", default=None, help="start and reference model pi_ref: a folder, a "
                    "hub id, or `sft` (the newest sft.py run of --task); default: that run, "
                    "trained first with sft.py's defaults where there is none")
-    p.add_argument("--problems", type=common.problems_source, default=None,
+    p.add_argument("--problems", type=problems_source, default=None,
                    help="training problems from a JSONL file, `hub` or a hub dataset id")
     p.add_argument("--train-size", type=common.positive_int, default=20000,
                    help="training problems a size")
@@ -178,7 +178,7 @@ def has_signal(rewards, completions, beta: float) -> bool:
 class Group(NamedTuple):
     """k completions of one prompt and their rewards r_i."""
     problem: dict
-    samples: list          # [k] common.Sample
+    samples: list          # [k] the engine's samples (.ids, .text, .logprobs, .prompt_ids)
     rewards: list[float]   # [k]
 
 
@@ -410,10 +410,10 @@ def main(argv=None):
             missing = sorted({"model", "optimizer", "rng", "step"} - set(state))
             if missing:
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
-        args.model_path = common.resolve_model_path(args.model, task=args.task)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tokenizer = common.load_model(args.model_path, device=device,
+        model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              grad_checkpoint=args.grad_checkpoint)
+        args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
         if os.path.exists(metrics_path):
             keep_metrics_until(metrics_path, state["step"] if state else -1)

@@ -35,7 +35,7 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task
+from tasks import HUB_ID, get_task
 from tasks.files import read_jsonl
 from tasks.scoring import score
 
@@ -148,7 +148,7 @@ def task_demonstrations(task, sizes, per_size, seed, steps=False):
 
 def data_rows(source: str) -> list[dict]:
     """The rows of a JSONL file or a hub dataset; ValueError naming the file (and line)."""
-    if source.endswith(".jsonl") or os.path.exists(source) or not common.HUB_ID.match(source):
+    if source.endswith(".jsonl") or os.path.exists(source) or not HUB_ID.match(source):
         return read_jsonl(source, "data file")
     try:
         import datasets
@@ -313,9 +313,10 @@ def main(argv=None):
         held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
                     for n in args.eval_sizes or task.SIZES}
         # `tiny` is built inside the run folder (RUN/tiny-init); a bad path fails before one is made
-        args.model_path = common.resolve_model_path(args.model, args.out)
-        model, tokenizer = common.load_model(args.model_path, grad_checkpoint=args.grad_checkpoint,
+        model, tokenizer = common.load_model(args.model, run_dir=args.out,
+                                             grad_checkpoint=args.grad_checkpoint,
                                              device="cuda" if torch.cuda.is_available() else "cpu")
+        args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         style = common.prompt_style(model, tokenizer)
         train = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(train):

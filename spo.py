@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets
+from tasks import get_task, problem_sets, problems_source
 from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
@@ -72,7 +72,7 @@ def parse_args(argv=None):
     add("--eps", type=common.positive_float, default=1e-3,
         help="ce clips Q/beta to <= -eps in the forward pass (paper: 'close to 0')")
     add("--train-prompts", type=common.positive_int, default=256, help="training problems a size")
-    add("--problems", type=common.problems_source, default=None,
+    add("--problems", type=problems_source, default=None,
         help="training problems from a JSONL file, `hub` or a hub dataset id")
     add("--sizes", type=common.int_list, default=None,
         help="difficulty levels trained on, e.g. 3,4 (Countdown: numbers); default: task's SIZES")
@@ -504,10 +504,10 @@ def main(argv=None):
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     task, pool, held_out, offline_rows, state = check_args(args, parser)
     try:
-        args.model_path = common.resolve_model_path(args.model, task=args.task)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tokenizer = common.load_model(args.model_path, device=device,
+        model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              grad_checkpoint=args.grad_checkpoint)
+        args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
         style = common.prompt_style(model, tokenizer)
         prompts = common.encode_prompts(task, pool, tokenizer, style)

@@ -51,7 +51,7 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets
+from tasks import get_task, problem_sets, problems_source
 from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
@@ -172,7 +172,7 @@ def negative_share(rewards, c: float, split: float) -> float:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     # the data (Algorithm 1, first lines)
-    p.add_argument("--data", type=common.existing_file, default=None,
+    p.add_argument("--data", default=None,
                    help="JSONL of samples to train on instead of the first iteration's samples")
     p.add_argument("--iterations", type=common.positive_int, default=6,
                    help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
@@ -218,7 +218,7 @@ def parse_args(argv=None):
     p.add_argument("--model", default=None, help="start model, the first mu: a folder, a hub id, "
                    "or `sft` (the newest sft.py run of --task); default: that run, trained first "
                    "with sft.py's defaults where there is none")
-    p.add_argument("--problems", type=common.problems_source, default=None,
+    p.add_argument("--problems", type=problems_source, default=None,
                    help="training problems from a JSONL file, `hub` or a hub dataset id")
     p.add_argument("--train-size", type=common.positive_int, default=20000,
                    help="training problems a size")
@@ -300,7 +300,7 @@ def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list
     appended unless `finished` is false); a missing `lp_mu` is filled by fill_lp_mu. ValueError
     naming the file and line if anything is wrong. Without a tokenizer: checked, not tokenized."""
     rows = []
-    for i, r in enumerate(read_jsonl(path, "--data file"), 1):
+    for i, r in enumerate(read_jsonl(path, "file"), 1):
         if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
             raise ValueError(f"{path}:{i}: needs a `problem` object and a `completion` string")
         try:
@@ -532,10 +532,10 @@ def main(argv=None):
             missing = sorted({"model", "optimizer", "rng", "step", "next"} - set(state))
             if missing:
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
-        args.model_path = common.resolve_model_path(args.model, task=args.task)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model, tokenizer = common.load_model(args.model_path, device=device,
+        model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              grad_checkpoint=args.grad_checkpoint)
+        args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         style = common.prompt_style(model, tokenizer)
         # samples on hand, by iteration: --data for the first, and the data file of the iteration
         # a resumed run stopped in (written whole or not at all: write_jsonl)

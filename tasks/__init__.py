@@ -26,9 +26,14 @@ reference implementation; tasks/coins.py (pay an amount with the fewest coins) s
 
 Model output is untrusted input: parse it, never eval() it.
 """
+import argparse
+import os
+import re
+
 from . import coins, countdown
 
 TASKS = {"countdown": countdown, "coins": coins}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name: a dataset on the hub
 
 
 def get_task(name):
@@ -50,3 +55,14 @@ def problem_sets(task, *, sizes, train_size, eval_sizes, eval_size, seed, source
     held_out = {n: task.get_problems("test", eval_size, size=n, seed=seed)
                 for n in eval_sizes or task.SIZES}
     return pool, held_out
+
+
+def problems_source(text: str) -> str:
+    """argparse type of --problems: a JSONL file of problems, `hub` (the task's hub set) or a hub
+    dataset id."""
+    if text == "hub" or os.path.isfile(text) or (HUB_ID.match(text) and not os.path.exists(text)):
+        return text
+    raise argparse.ArgumentTypeError(f"no such file (nor `hub`, nor a hub id): {text!r}")
+
+
+problems_source.__name__ = "problems source"  # argparse: "invalid problems source value: ..."

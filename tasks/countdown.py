@@ -521,7 +521,7 @@ def load_hub(name, split, n, seed):
         data = datasets.load_dataset(name, split="train")
         all_nums, all_targets = list(data["nums"]), list(data["target"])
     except Exception as e:  # no package, no network, no such dataset or columns, ...
-        raise RuntimeError(f"loading {name} needs the `datasets` package and access to the "
+        raise ValueError(f"loading {name} needs the `datasets` package and access to the "
                            f"Hugging Face hub: {type(e).__name__}: {e}") from e
     rows = list(range(len(all_targets)))
     random.Random(0).shuffle(rows)

@@ -464,10 +464,10 @@ def test_hub_loader_with_fake_datasets(monkeypatch):
 
 def test_hub_loader_errors(monkeypatch):
     _fake_datasets(monkeypatch, fail=ConnectionError("offline"))
-    with pytest.raises(RuntimeError, match="needs the `datasets` package.*offline"):
+    with pytest.raises(ValueError, match="needs the `datasets` package.*offline"):
         cd.get_problems("train", 5, source="hub")
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
-    with pytest.raises(RuntimeError, match="Jiayi-Pan/Countdown-Tasks-3to4 needs the `datasets`"):
+    with pytest.raises(ValueError, match="Jiayi-Pan/Countdown-Tasks-3to4 needs the `datasets`"):
         cd.load_hub(cd.HUB_DATASET, "train", 5, 0)
     with pytest.raises(ValueError):
         cd.load_hub(cd.HUB_DATASET, "dev", 5, 0)

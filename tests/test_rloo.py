@@ -329,6 +329,14 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tmp_path, monkeypa
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
 
+def test_unreachable_hub_problems_give_one_line_and_status_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` fails, as offline
+    with pytest.raises(SystemExit) as e:
+        rloo.main(["--model", "tiny", "--problems", "hub", "--out", str(tmp_path / "run")])
+    assert e.value.code == 2
+    assert "needs the `datasets` package" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
