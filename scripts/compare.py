@@ -114,12 +114,14 @@ def parse_args(argv=None):
 # Running the scripts and evaluating their models
 # -------------------------------------------------------------------------------------------------
 def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
-    """Run one training script to completion; wall clock and peak resident memory of its process."""
+    """Run one training script to completion; wall clock and peak resident memory of its process.
+    The runner of every experiment here (compare.py, sweep.py, time_to_accuracy.py)."""
+    me = os.path.basename(sys.argv[0])  # the experiment that runs it, in its messages
     usage_file = os.path.join(out_dir, "usage.json")
     if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(usage_file):
         return read_json(usage_file)  # finished in an earlier invocation
     shutil.rmtree(out_dir, ignore_errors=True)  # an unfinished run starts again
-    print(f"[compare] start {name}: {shlex.join(cmd)}", flush=True)
+    print(f"[{me}] start {name}: {shlex.join(cmd)}", flush=True)
     t0 = time.time()
     with open(os.path.join(log_dir, f"{name}.log"), "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -127,13 +129,13 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
     usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024, "cmd": cmd}
     code = os.waitstatus_to_exitcode(status)
     if code in (130, -2):  # Ctrl-C reached the run too: it saved a checkpoint and stopped
-        print("compare.py: interrupted; run the same command again to continue (finished runs and "
+        print(f"{me}: interrupted; run the same command again to continue (finished runs and "
               "evaluations are kept)", file=sys.stderr)
         raise SystemExit(130)
     if code != 0:
-        raise SystemExit(f"compare.py: {name} failed (exit {code}), see {log_dir}/{name}.log")
+        raise SystemExit(f"{me}: {name} failed (exit {code}), see {log_dir}/{name}.log")
     write_json(usage_file, usage)
-    print(f"[compare] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB",
+    print(f"[{me}] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB",
           flush=True)
     return usage
 
