@@ -72,68 +72,63 @@ REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref,
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
-                   help="default data: offline groups (Eq. 4) or fresh ones from pi (Eqs. 5-6)")
-    p.add_argument("--loss", choices=["agro", "klpg"], default="agro",
-                   help="agro, or the KL-regularised policy gradient it is compared with (§8)")
-    p.add_argument("--beta", type=common.nonnegative_float, default=None, help="KL coefficient "
-                   "per sequence: 0.05 with on-policy groups, else 0.3 (docs/RESULTS-agro-spo.md)")
-    p.add_argument("--lambda-lr", type=common.nonnegative_float, default=None,
-                   help="weight of g_LR: beta/2, not the paper's 1 (module docstring); 0 = RLOO")
-    p.add_argument("--lr-baseline", choices=["var", "none", "paper"], default="var",
-                   help="v_i in g_LR (agro_onpolicy_weights): var, unbiased and centred (n >= 3)")
-    p.add_argument("--online-fraction", type=common.fraction, default=None,
-                   help="on-policy share of each batch's groups: 1 with --mode onpolicy, else 0")
-    p.add_argument("--offline-data", default=None, metavar="FILE",
-                   help="JSONL of offline groups (read_offline); default: pi_ref's samples")
-    p.add_argument("--offline-prompts", type=common.positive_int, default=2048,
-                   help="without --offline-data: prompts sampled n times from pi_ref first")
-    p.add_argument("--steps", type=common.positive_int, default=150, help="optimizer steps")
-    p.add_argument("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
-    p.add_argument("--n", type=int, default=8, help="completions per prompt (n >= 2)")
-    p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
-                   help="seq: sum over tokens, mean over sequences, as the derivation")
-    p.add_argument("--reward", default=None, help="reward variant; default: the task's first")
-    p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
-    p.add_argument("--warmup", type=common.nonnegative_int, default=10,
-                   help="steps of linear lr warm-up (rloo.py's)")
-    p.add_argument("--micro-batch", type=common.positive_int, default=8,
-                   help="prompts (groups of n) per forward/backward pass: memory only")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
-                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
-    p.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer's activations in backward: far less memory")
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default=None, help="start and reference model pi_ref: a folder, a "
-                   "hub id, or `sft` (the newest sft.py run of --task); default: that run, "
-                   "trained first with sft.py's defaults where there is none")
-    p.add_argument("--problems", type=problems_source, default=None,
-                   help="training problems from a JSONL file, `hub` or a hub dataset id")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="training problems a size")
-    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
-                   "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
-                   help="completion budget in tokens, EOS included")
-    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    p.add_argument("--eval-sizes", type=common.int_list, default=None,
-                   help="held-out difficulty levels; default: the task's SIZES")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems a size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8,
-                   help="samples a held-out problem at temperature 1")
-    p.add_argument("--eval-every", type=common.positive_int, default=50,
-                   help="evaluate every N steps")
-    p.add_argument("--out", default=None, help="run folder (default runs/agro-TASK-TIME)")
-    p.add_argument("--save-every", type=common.positive_int, default=50,
-                   help="checkpoint every N steps")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start (then evaluate and save)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0)
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add = p.add_argument
+    add("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
+        help="default data: offline groups (Eq. 4) or fresh ones from pi (Eqs. 5-6)")
+    add("--loss", choices=["agro", "klpg"], default="agro",
+        help="agro, or the KL-regularised policy gradient it is compared with (§8)")
+    add("--beta", type=common.nonnegative_float, default=None, help="KL coefficient per "
+        "sequence: 0.05 with on-policy groups, else 0.3 (docs/RESULTS-agro-spo.md)")
+    add("--lambda-lr", type=common.nonnegative_float, default=None,
+        help="weight of g_LR: beta/2, not the paper's 1 (module docstring); 0 = RLOO")
+    add("--lr-baseline", choices=["var", "none", "paper"], default="var",
+        help="v_i in g_LR (agro_onpolicy_weights): var, unbiased and centred (n >= 3)")
+    add("--online-fraction", type=common.fraction, default=None,
+        help="on-policy share of each batch's groups: 1 with --mode onpolicy, else 0")
+    add("--offline-data", default=None, metavar="FILE",
+        help="JSONL of offline groups (read_offline); default: pi_ref's samples")
+    add("--offline-prompts", type=common.positive_int, default=2048,
+        help="without --offline-data: prompts sampled n times from pi_ref first")
+    add("--steps", type=common.positive_int, default=150, help="optimizer steps")
+    add("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
+    add("--n", type=int, default=8, help="completions per prompt (n >= 2)")
+    add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
+        help="seq: sum over tokens, mean over sequences, as the derivation")
+    add("--reward", default=None, help="reward variant; default: the task's first")
+    add("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
+    add("--warmup", type=common.nonnegative_int, default=10, help="lr warm-up steps (rloo.py's)")
+    add("--micro-batch", type=common.positive_int, default=8,
+        help="prompts (groups of n) per forward/backward pass: memory only")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
+        "AdamW state, log-softmax fp32): about half a GPU step's memory")
+    add("--grad-checkpoint", action="store_true",
+        help="recompute each layer's activations in backward: far less memory")
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, or "
+        "`sft` (the newest sft.py run of --task); default: that run, trained first with sft.py's "
+        "defaults where there is none")
+    add("--problems", type=problems_source, default=None,
+        help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--sizes", type=common.int_list, default=None, help="difficulty levels trained on "
+        "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
+    add("--max-new-tokens", type=common.positive_int, default=64,
+        help="completion budget in tokens, EOS included")
+    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None,
+        help="held-out difficulty levels; default: the task's SIZES")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
+    add("--eval-every", type=common.positive_int, default=50, help="evaluate every N steps")
+    add("--out", default=None, help="run folder (default runs/agro-TASK-TIME)")
+    add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
+    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop training MIN minutes after the start (then evaluate and save)")
+    add("--seed", type=common.nonnegative_int, default=0)
+    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.online_fraction is None:  # the defaults that depend on other flags (see each help)
         args.online_fraction = float(args.mode == "onpolicy")
@@ -258,7 +253,6 @@ def micro_batch_loss(logprobs, mask, rewards, h, online, kl, args) -> torch.Tens
         on = agro_onpolicy_weights(rpi, args.beta, args.lambda_lr, args.lr_baseline)  # Eqs. 5-6
         w = torch.where(online[:, None], on, w)
     return agro_loss(logprobs, mask, w.reshape(-1), args.loss_norm)
-
 
 
 # ---- Data: groups of n completions, sampled now from the policy or read from an offline file -----
@@ -465,10 +459,8 @@ def resumed_args(args, parser):
 def keep_metrics_until(path: str, step: int) -> None:
     """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
     torn by a kill mid-write; any other damaged line is a ValueError naming it."""
-    with open(path) as f:
-        lines = f.readlines()
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
+    with open(path) as f:  # a torn line is the last, the only one without its "\n"
+        lines = [line for line in f if line.endswith("\n")]
     kept = []
     for lineno, line in enumerate(lines, 1):
         try:
@@ -584,13 +576,12 @@ def main(argv=None):
               f"{args.model_path}, engine {engine.name}, loss {args.loss}, B={args.prompts} "
               f"({n_online} on-policy) n={args.n} beta={args.beta} lambda_LR={args.lambda_lr}, "
               f"run {args.out}")
-        log_file = open(metrics_path, "a")
+        log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears one row
         wall = time.time()
 
-        def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most it
+        def log(step: int, row: dict) -> None:  # one JSON line
             row = {"step": step, "time": round(time.time() - wall, 3), **row}
             log_file.write(json.dumps(row) + "\n")
-            log_file.flush()
             if "kl_to_ref" in row:  # the progress line of an evaluation
                 shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
                 tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}"

@@ -16,7 +16,6 @@ computed in fp32 (with --bf16, the transformer under bf16 autocast, the output l
 and trainer agree; both engines sample from a SamplingConfig alone, never from the sampling
 defaults a checkpoint ships in its generation_config.json.
 """
-import argparse
 import contextlib
 import functools
 import gc
@@ -33,8 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# vLLM replaces torch.set_num_threads with a no-op once an in-process CPU engine starts: keep the
-# real one.
+# vLLM makes torch.set_num_threads a no-op once an in-process CPU engine starts: keep the real one
 _set_num_threads = torch.set_num_threads
 
 
@@ -60,8 +58,7 @@ def _checked(name: str, cast, ok, what: str):
 
 
 positive_int = _checked("positive integer", int, lambda v: v > 0, "a positive integer")
-positive_float = _checked("positive number", float, lambda v: 0 < v < math.inf,
-                          "a positive number")
+positive_float = _checked("positive number", float, lambda v: 0 < v < math.inf, "a positive number")
 # seeds are non-negative integers: numpy refuses negative ones
 nonnegative_int = _checked("non-negative integer", int, lambda v: v >= 0, "an integer >= 0")
 nonnegative_float = _checked("non-negative number", float, lambda v: 0 <= v < math.inf,
@@ -171,10 +168,9 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
     config = LlamaConfig(vocab_size=128,  # 98 tokens, rounded up
                          hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
                          num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
-                         num_key_value_heads=cfg.num_heads,
-                         max_position_embeddings=cfg.max_positions,
-                         tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+                         num_key_value_heads=cfg.num_heads, tie_word_embeddings=True,
+                         max_position_embeddings=cfg.max_positions, bos_token_id=None,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     config.prompt_style = "compact"  # read by prompt_style(): the task's short prompt, no template
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -182,16 +178,12 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    _set_tokenizer_class(path)
-    return path
-
-
-def _set_tokenizer_class(path: str) -> None:
     with open(os.path.join(path, "tokenizer_config.json")) as f:
-        cfg = json.load(f)
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        tokenizer_config = json.load(f)
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
+        json.dump(tokenizer_config, f, indent=2)
+    return path
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -745,15 +737,11 @@ class VLLMEngine:
         per_prompt = [params(i) for i in range(len(prompts))] if sc.seed is not None else params(0)
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], per_prompt,
                                     use_tqdm=False)
-        result = []
-        for p, out in zip(prompts, outputs):
-            group = []
-            for o in out.outputs:
-                toks = list(o.token_ids)
-                lps = [d[t].logprob for d, t in zip(o.logprobs, toks)]
-                group.append(Sample(p, toks, o.text, lps, o.finish_reason == "stop"))
-            result.append(group)
-        return result
+        def sample(p, o):  # one of vLLM's CompletionOutputs as a Sample
+            toks = list(o.token_ids)
+            lps = [d[t].logprob for d, t in zip(o.logprobs, toks)]
+            return Sample(p, toks, o.text, lps, o.finish_reason == "stop")
+        return [[sample(p, o) for o in out.outputs] for p, out in zip(prompts, outputs)]
 
     def sync(self, model) -> None:
         """Push the trainer's current weights into the running engine (no restart), then drop the

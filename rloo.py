@@ -55,13 +55,11 @@ from tasks.scoring import score
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=common.positive_int, default=400,
-                   help="optimizer steps, one a batch, and the lr decay's horizon (tiny model: "
-                        "under 5 minutes on 2 CPU cores)")
+    p.add_argument("--steps", type=common.positive_int, default=400, help="optimizer steps, one "
+                   "a batch, and the lr decay's horizon (tiny model: under 5 minutes on 2 cores)")
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
-    p.add_argument("--k", type=int, default=4,
-                   help="samples per prompt (k >= 2); 64 x 4 learned faster per step than 32 x 8 "
-                        "or 16 x 16 with the same 256 completions on the tiny model")
+    p.add_argument("--k", type=int, default=4, help="samples per prompt (k >= 2); 64 x 4 learned "
+                   "faster a step than 32 x 8 or 16 x 16 (256 completions each) on the tiny model")
     p.add_argument("--beta", type=common.nonnegative_float, default=0.0,
                    help="KL penalty folded into the reward ([CR]: 0)")
     p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
@@ -73,9 +71,8 @@ def parse_args(argv=None):
                         "non-zero (dynamic sampling; module docstring)")
     p.add_argument("--max-draws", type=common.positive_int, default=4,
                    help="with --resample-uniform: at most this many generation rounds a step")
-    p.add_argument("--lr", type=common.positive_float, default=6e-5,
-                   help="AdamW lr: the fastest of those tried on the tiny model that did not "
-                        "diverge")
+    p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr: the "
+                   "fastest of those tried on the tiny model that did not diverge")
     p.add_argument("--warmup", type=common.nonnegative_int, default=10,
                    help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
                         "every weight, so without it the first noisy batches move it furthest")
@@ -95,8 +92,7 @@ def parse_args(argv=None):
                    "trained first with sft.py's defaults where there is none")
     p.add_argument("--problems", type=problems_source, default=None,
                    help="training problems from a JSONL file, `hub` or a hub dataset id")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="training problems a size")
+    p.add_argument("--train-size", type=common.positive_int, default=20000, help="problems a size")
     p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
                    "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
@@ -105,15 +101,13 @@ def parse_args(argv=None):
                    help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
     p.add_argument("--eval-sizes", type=common.int_list, default=None,
                    help="held-out difficulty levels; default: the task's SIZES")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems a size")
+    p.add_argument("--eval-size", type=common.positive_int, default=200, help="problems a size")
     p.add_argument("--eval-k", type=common.positive_int, default=8,
                    help="samples a held-out problem at temperature 1")
     p.add_argument("--eval-every", type=common.positive_int, default=50,
                    help="evaluate every N steps")
     p.add_argument("--out", default=None, help="run folder (default runs/rloo-TASK-TIME)")
-    p.add_argument("--save-every", type=common.positive_int, default=50,
-                   help="checkpoint every N steps")
+    p.add_argument("--save-every", type=common.positive_int, default=50, help="save every N steps")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after the start (then evaluate and save)")
@@ -199,7 +193,7 @@ def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
     """
     rng = np.random.default_rng([args.seed, step])
     sc = common.SamplingConfig(n=args.k, max_new_tokens=args.max_new_tokens, temperature=1.0)
-    kept, set_aside, drawn = [], [], 0
+    kept, set_aside, drawn, with_signal = [], [], 0, 0
     for _ in range(args.max_draws if args.resample_uniform else 1):
         missing = args.prompts - len(kept)
         share = len(kept) / drawn if drawn else 1.0  # of the groups drawn so far, those with signal
@@ -209,18 +203,13 @@ def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
         drawn += len(idx)
         for i, samples in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
             rewards = [task.reward(pool[i], s.text, args.reward) for s in samples]
-            g = Group(pool[i], samples, rewards)
-            signal = has_signal(g.rewards, [s.ids for s in samples], args.beta)
-            (kept if signal or not args.resample_uniform else set_aside).append(g)
+            signal = has_signal(rewards, [s.ids for s in samples], args.beta)
+            with_signal += signal
+            (kept if signal or not args.resample_uniform else set_aside).append(
+                Group(pool[i], samples, rewards))
         if len(kept) >= args.prompts:
             break
-    groups = (kept + set_aside)[:args.prompts]
-    if args.resample_uniform:
-        share = len(kept) / drawn
-    else:
-        share = float(np.mean([has_signal(g.rewards, [s.ids for s in g.samples], args.beta)
-                               for g in groups]))
-    return Batch(groups, share, drawn * args.k)
+    return Batch((kept + set_aside)[:args.prompts], with_signal / drawn, drawn * args.k)
 
 
 # ---- One optimizer step --------------------------------------------------------------------------
@@ -356,9 +345,7 @@ def keep_metrics_until(path: str, step: int) -> None:
     """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
     torn by a kill mid-write; any other damaged line is a ValueError naming it."""
     with open(path) as f:
-        lines = f.readlines()
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
+        lines = [line for line in f if line.endswith("\n")]  # only the last can lack it
     kept = []
     for lineno, line in enumerate(lines, 1):
         try:
@@ -484,9 +471,8 @@ def main(argv=None):
             bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
                             gap=f"{row['logprob_gap']:.1e}")
             if done % args.save_every == 0 or last or stop:  # atomically: a kill keeps the old
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "rng": common.rng_state(), "step": done}
-                torch.save(state, ckpt_path + ".tmp")
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "rng": common.rng_state(), "step": done}, ckpt_path + ".tmp")
                 os.replace(ckpt_path + ".tmp", ckpt_path)
             if stop:
                 bar.close()

@@ -9,12 +9,11 @@ the EOS token appended to every completion so that the model learns to stop (a c
 --max-len loses it). Warm-up then cosine decay, gradient clipping at 1.0 and gradient accumulation
 as in [CR] §4.4; the optimizer, AdamW, is ours ([CR] names none).
 
-Data: the task solver's demonstrations (Countdown: "<answer>(45-12)+3</answer>", with
---demo-steps "45-12=33,33+3=36 <answer>(45-12)+3</answer>"), or --data, a JSONL file or hub
-dataset of rows with the task's problem fields (`task.FIELDS`) and a "completion". The prompt x is
-built from the problem as the RL scripts build it (common.encode_prompts), so that they condition
-on the same token ids; a row's own "prompt"/"query" text is not used (the run counts those that
-differ).
+Data: the task solver's demonstrations (Countdown: "<answer>(45-12)+3</answer>", with --demo-steps
+"45-12=33,33+3=36 <answer>(45-12)+3</answer>"), or --data, a JSONL file or hub dataset of rows with
+the task's problem fields (`task.FIELDS`) and a "completion". The prompt x is built from the
+problem as the RL scripts build it (common.encode_prompts), so that they condition on the same
+token ids; a row's own "prompt"/"query" text is not used (the run counts those that differ).
 
 Run:  python sft.py --task countdown          (tiny model, CPU, ~5 minutes)
       python sft.py --model Qwen/Qwen2.5-0.5B-Instruct --lr 1e-5 --warmup 500 --batch-size 32 ...
@@ -44,9 +43,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="countdown", help="task module in tasks/")
     p.add_argument("--model", default="tiny", help="`tiny` (built here), a folder or a hub id")
-    p.add_argument("--data", default=None,
-                   help="JSONL file or hub dataset of problems (the task's fields) with a "
-                        "'completion'; default: the task's solver demonstrations")
+    p.add_argument("--data", default=None, help="JSONL file or hub dataset of problems (the "
+                   "task's fields) with a 'completion'; default: the task's solver demonstrations")
     p.add_argument("--out", default=None, help="run folder (default runs/sft-TASK-TIME)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     # optimisation
@@ -80,8 +78,7 @@ def parse_args(argv=None):
     p.add_argument("--reward", default=None,
                    help="reward variant reported in evaluation; default: the task's first")
     p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU "
-                        "(common.make_engine)")
+                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
     # system
     p.add_argument("--seed", type=common.nonnegative_int, default=0)
     p.add_argument("--threads", type=common.positive_int, default=None,
@@ -142,8 +139,7 @@ def task_demonstrations(task, sizes, per_size, seed, steps=False):
     """(problems, completion texts) from the task's solver."""
     problems = [p for n in sizes for p in task.get_problems("train", per_size, size=n, seed=seed)]
     demos = [(p, task.demonstration(p, steps=steps)) for p in problems]
-    demos = [(p, d) for p, d in demos if d is not None]
-    return [p for p, _ in demos], [d for _, d in demos]
+    return [p for p, d in demos if d is not None], [d for _, d in demos if d is not None]
 
 
 def data_rows(source: str) -> list[dict]:
@@ -191,9 +187,8 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sum(len(ex.completion) for ex in batch)
     total = 0.0
-    for micro in np.array_split(np.arange(len(batch)), args.grad_accum):
-        if len(micro) == 0:
-            continue
+    # at most one micro-batch an example: none is empty
+    for micro in np.array_split(np.arange(len(batch)), min(args.grad_accum, len(batch))):
         prompts = [batch[i].prompt for i in micro]
         completions = [batch[i].completion for i in micro]
         logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id,
@@ -205,11 +200,10 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
         (loss * share).backward()
         total += loss.item() * share
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    bad = [f"{k}={v}" for k, v in (("loss", total), ("grad_norm", grad_norm))
-           if not math.isfinite(v)]
-    if bad:  # stop before the weights move: the last checkpoint stays the last good state
-        print(f"error: step {step + 1}: non-finite {', '.join(bad)}; weights not updated, the last "
-              "checkpoint is the last good state. Likely cause: too high --lr", file=sys.stderr)
+    if not (math.isfinite(total) and math.isfinite(grad_norm)):  # stop before the weights move
+        print(f"error: step {step + 1}: non-finite loss={total} or grad_norm={grad_norm}; weights "
+              "not updated, the last checkpoint is the last good state. Likely cause: too high "
+              "--lr", file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
     scheduler.step()
@@ -259,9 +253,7 @@ def keep_metrics_until(path: str, step: int) -> None:
     """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
     torn by a kill mid-write; any other damaged line is a ValueError naming it."""
     with open(path) as f:
-        lines = f.readlines()
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
+        lines = [line for line in f if line.endswith("\n")]  # only the last can lack it
     kept = []
     for lineno, line in enumerate(lines, 1):
         try:
@@ -355,15 +347,6 @@ def main(argv=None):
 
     log_file = open(metrics_path, "a")
     wall = time.time()
-
-    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
-        row = {"step": step, "time": round(time.time() - wall, 3), **row}
-        log_file.write(json.dumps(row) + "\n")
-        log_file.flush()
-        shown = [k for k in row if k.startswith("eval") and k.endswith(("accuracy",
-                                                                         "greedy/format_rate"))]
-        if shown:  # the progress line of an evaluation
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in ["loss"] + shown))
     bar = tqdm(total=args.steps, initial=start, desc="sft", dynamic_ncols=True)
     stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
 
@@ -377,20 +360,24 @@ def main(argv=None):
             # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
             rng = np.random.default_rng([args.seed, step])
             batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]
-            row = sft_step(model, optimizer, scheduler, batch, args, tokenizer.pad_token_id,
-                           step)  # Eq. 1
+            row = sft_step(model, optimizer, scheduler, batch, args, tokenizer.pad_token_id, step)
             done = step + 1  # steps taken
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")
             evaluating = done % args.eval_every == 0 or done == args.steps
             if evaluating:  # greedy; the last evaluation also samples --eval-k at T = 1
                 row.update(evaluate(engine, model, task, eval_sets, args, done == args.steps))
-            log(done, row)
+            row = {"step": done, "time": round(time.time() - wall, 3), **row}
+            log_file.write(json.dumps(row) + "\n")  # flushed: a kill tears at most this line
+            log_file.flush()
+            if evaluating:  # the progress line: the loss, each accuracy, greedy format rates
+                ends = ("accuracy", "greedy/format_rate")
+                shown = ["loss"] + [k for k in row if k.startswith("eval") and k.endswith(ends)]
+                tqdm.write(f"step {done}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
             if evaluating or stop:  # atomically: a kill keeps the old checkpoint
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "rng": common.rng_state(),
-                         "step": done}
-                torch.save(state, ckpt_path + ".tmp")
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                            "scheduler": scheduler.state_dict(), "rng": common.rng_state(),
+                            "step": done}, ckpt_path + ".tmp")
                 os.replace(ckpt_path + ".tmp", ckpt_path)
             if stop:
                 bar.close()

@@ -485,11 +485,8 @@ def resumed_args(args, parser):
 def keep_metrics_until(path: str, step: int) -> None:
     """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
     torn by a kill mid-write."""
-    with open(path) as f:
-        lines = f.readlines()
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    with open(path) as f:  # a torn line is the last, the only one without its "\n"
+        kept = [line for line in f if line.endswith("\n") and json.loads(line)["step"] <= step]
     with open(path + ".tmp", "w") as f:
         f.writelines(kept)
     os.replace(path + ".tmp", path)
@@ -543,13 +540,12 @@ def main(argv=None):
         print(f"resumed {args.out} at step {start}")
     engine = common.make_engine(args.engine, sampler, tokenizer, args.model_path, seed=args.seed)
 
-    log_file = open(metrics_path, "a")
+    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
     wall = time.time()
 
-    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+    def log(step: int, row: dict) -> None:  # one JSON line
         row = {"step": step, "time": round(time.time() - wall, 3), **row}
         log_file.write(json.dumps(row) + "\n")
-        log_file.flush()
         shown = [k for k in row if k.startswith("eval") and ("accuracy" in k or "pass@" in k)]
         if shown:  # the progress line of an evaluation
             tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))

@@ -69,10 +69,8 @@ PM1 = "pm1"
 # top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 come from
 # default_baseline (Eq. 4). The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on
 # data sampled from A's model.
-REPORT_SETTING = {"iterations": 1, "prompts": 1000, "n": 1, "epochs": 2,
-                  "batch_size": 32, "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq",
-                  "lr": 1e-4}
-NAN_HINT = "learning rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale"
+REPORT_SETTING = {"iterations": 1, "prompts": 1000, "n": 1, "epochs": 2, "batch_size": 32,
+                  "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4}
 
 
 # ---- The loss: pure functions of tensors ---------------------------------------------------------
@@ -171,80 +169,73 @@ def negative_share(rewards, c: float, split: float) -> float:
 # ---- Flags ---------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add = p.add_argument
     # the data (Algorithm 1, first lines)
-    p.add_argument("--data", default=None,
-                   help="JSONL of samples to train on instead of the first iteration's samples")
-    p.add_argument("--iterations", type=common.positive_int, default=6,
-                   help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
-    p.add_argument("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
-    p.add_argument("--n", type=common.positive_int, default=8, help="completions per prompt")
-    p.add_argument("--temperature", type=common.positive_float, default=1.0,
-                   help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
-    p.add_argument("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
-    p.add_argument("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
-                   help="which samples an iteration keeps (select)")
-    p.add_argument("--keep", type=common.nonnegative_int, default=0,
-                   help="samples an iteration keeps after selection (0: all it selects)")
+    add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
+    add("--iterations", type=common.positive_int, default=6,
+        help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
+    add("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
+    add("--n", type=common.positive_int, default=8, help="completions per prompt")
+    add("--temperature", type=common.positive_float, default=1.0,
+        help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
+    add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
+    add("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
+        help="which samples an iteration keeps (select)")
+    add("--keep", type=common.nonnegative_int, default=0,
+        help="samples an iteration keeps after selection (0: all it selects)")
     # the loss
-    p.add_argument("--loss", choices=list(LIMITS), default="topr",
-                   help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
-    p.add_argument("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise), a task variant "
-                   "(original, A, B), or A+B (A for the first half of all epochs, then B)")
-    p.add_argument("--c", type=common.finite_float, default=None, help="baseline, trained on R - "
-                   "c (Eqs. 9-10): -0.8 with pm1 (-0.9 ended level with it), 0 with the task's "
-                   "rewards ([CR] Eq. 4)")
-    p.add_argument("--split", type=float, choices=[0.0, 1.0], default=None,
-                   help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
-    p.add_argument("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
-                   help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
-    p.add_argument("--epochs", type=common.positive_int, default=1,
-                   help="passes over each iteration's data")
-    p.add_argument("--batch-size", type=common.positive_int, default=64,
-                   help="samples an optimizer step")
-    p.add_argument("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant "
-                   "([TOPR]): the best of 1e-4, 5e-5, 3e-5 on the tiny model "
-                   "(docs/RESULTS-topr-report.md)")
-    p.add_argument("--report-variant", choices=["original", "A", "A+B"], default=None,
-                   help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
-    p.add_argument("--micro-batch", type=common.positive_int, default=64,
-                   help="samples a forward/backward pass: memory only")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
-                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
-    p.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer's activations in backward: far less memory")
+    add("--loss", choices=list(LIMITS), default="topr",
+        help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
+    add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise), a task variant (original, "
+        "A, B), or A+B (A for the first half of all epochs, then B)")
+    add("--c", type=common.finite_float, default=None, help="baseline, trained on R - c (Eqs. "
+        "9-10): -0.8 with pm1 (-0.9 ended level with it), 0 with the task's rewards ([CR] Eq. 4)")
+    add("--split", type=float, choices=[0.0, 1.0], default=None,
+        help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
+    add("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
+        help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
+    add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
+    add("--batch-size", type=common.positive_int, default=64, help="samples an optimizer step")
+    add("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant ([TOPR]): the "
+        "best of 1e-4, 5e-5, 3e-5 on the tiny model (docs/RESULTS-topr-report.md)")
+    add("--report-variant", choices=["original", "A", "A+B"], default=None,
+        help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
+    add("--micro-batch", type=common.positive_int, default=64,
+        help="samples a forward/backward pass: memory only")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
+        "AdamW state, log-softmax fp32): about half a GPU step's memory")
+    add("--grad-checkpoint", action="store_true",
+        help="recompute each layer's activations in backward: far less memory")
     # the problems, the model, generation and evaluation
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default=None, help="start model, the first mu: a folder, a hub id, "
-                   "or `sft` (the newest sft.py run of --task); default: that run, trained first "
-                   "with sft.py's defaults where there is none")
-    p.add_argument("--problems", type=problems_source, default=None,
-                   help="training problems from a JSONL file, `hub` or a hub dataset id")
-    p.add_argument("--train-size", type=common.positive_int, default=20000,
-                   help="training problems a size")
-    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
-                   "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
-                   help="completion budget in tokens, EOS included")
-    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    p.add_argument("--eval-sizes", type=common.int_list, default=None,
-                   help="held-out difficulty levels; default: the task's SIZES")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems a size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8,
-                   help="samples a held-out problem at temperature 1")
-    p.add_argument("--eval-every", type=common.nonnegative_int, default=0,
-                   help="also evaluate every N steps (0: after each iteration only)")
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default=None, help="start model, the first mu: a folder, a hub id, or `sft` "
+        "(the newest sft.py run of --task); default: that run, trained first with sft.py's "
+        "defaults where there is none")
+    add("--problems", type=problems_source, default=None,
+        help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--sizes", type=common.int_list, default=None, help="difficulty levels trained on "
+        "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
+    add("--max-new-tokens", type=common.positive_int, default=64,
+        help="completion budget in tokens, EOS included")
+    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None,
+        help="held-out difficulty levels; default: the task's SIZES")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
+    add("--eval-every", type=common.nonnegative_int, default=0,
+        help="also evaluate every N steps (0: after each iteration only)")
     # the run
-    p.add_argument("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
-    p.add_argument("--save-every", type=common.positive_int, default=100,
-                   help="checkpoint every N steps (and after every epoch)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start (then evaluate and save)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0)
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
+    add("--save-every", type=common.positive_int, default=100,
+        help="checkpoint every N steps (and after every epoch)")
+    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop training MIN minutes after the start (then evaluate and save)")
+    add("--seed", type=common.nonnegative_int, default=0)
+    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults
         p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
@@ -419,11 +410,11 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
         lws.append((logprobs.detach() * mask).sum(-1) - lp_mu)
         positives.append((r - args.c) >= args.split)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    bad = [f"{k}={v}" for k, v in (("loss", loss_sum), ("grad_norm", grad_norm))
-           if not math.isfinite(v)]
-    if bad:
-        print(f"error: step {step}: non-finite {', '.join(bad)}; weights not updated, the last "
-              f"checkpoint is the last good state. Likely cause: {NAN_HINT}", file=sys.stderr)
+    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
+        print(f"error: step {step}: non-finite loss={loss_sum} or grad_norm={grad_norm}; weights "
+              "not updated, the last checkpoint is the last good state. Likely cause: learning "
+              "rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale",
+              file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
     lw, pos = torch.cat(lws), torch.cat(positives)
@@ -480,11 +471,8 @@ def resumed_args(args, parser):
 def keep_metrics_until(path: str, step: int) -> None:
     """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
     torn by a kill mid-write."""
-    with open(path) as f:
-        lines = f.readlines()
-    if lines and not lines[-1].endswith("\n"):
-        lines.pop()
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    with open(path) as f:  # a torn line is the last, the only one without its "\n"
+        kept = [line for line in f if line.endswith("\n") and json.loads(line)["step"] <= step]
     with open(path + ".tmp", "w") as f:
         f.writelines(kept)
     os.replace(path + ".tmp", path)
@@ -572,13 +560,12 @@ def main(argv=None):
           f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
           f"c={args.c:g}, split={args.split:g}, run {args.out}")
 
-    log_file = open(metrics_path, "a")
+    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
     wall = time.time()
 
-    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+    def log(step: int, row: dict) -> None:  # one JSON line
         row = {"step": step, "time": round(time.time() - wall, 3), **row}
         log_file.write(json.dumps(row) + "\n")
-        log_file.flush()
         shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
         if shown:  # the progress line of an evaluation
             tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))

@@ -465,3 +465,22 @@ RLOO_FLAGS = ["--task", "--model", "--out", "--resume", "--steps", "--time-limit
 def test_cli_fuzz(flag, tiny_path, tmp_path, monkeypatch, capsys):
     fuzz_flag(rloo.main, ["--model", tiny_path, "--train-size", "8", "--prompts", "4",
                           "--eval-size", "1"], flag, tmp_path, monkeypatch, capsys)
+
+
+def test_nonfinite_loss_stops_before_the_weights_change(tiny, capsys):
+    """An infinite reward makes the loss nan: exit status 1, one line naming the step, weights
+    untouched."""
+    model, tok = tiny
+    groups = [rloo.Group(p, g, [float("inf"), 0.0]) for p, g in zip(
+        SUMS[:2], common.HFEngine(model, tok).generate(
+            common.encode_prompts(countdown, SUMS[:2], tok, "compact"),
+            common.SamplingConfig(2, 8, seed=0)))]
+    args = SimpleNamespace(bf16=False, k=2, beta=0.0, loss_norm="seq", micro_batch=2, clip=1.0,
+                           lr=1e-3, warmup=0, steps=1, lr_schedule="constant")
+    before = [w.detach().clone() for w in model.parameters()]
+    with pytest.raises(SystemExit) as e:
+        rloo.rloo_step(model, None, torch.optim.AdamW(model.parameters(), lr=1e-3), groups, args,
+                       tok.pad_token_id, step=2)
+    assert e.value.code == 1
+    assert "step 3: non-finite loss=nan" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

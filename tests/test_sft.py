@@ -246,3 +246,20 @@ SFT_FLAGS = ["--task", "--model", "--data", "--out", "--resume", "--steps", "--b
 def test_cli_fuzz(flag, tiny_path, tmp_path, monkeypatch, capsys):
     fuzz_flag(sft.main, ["--model", tiny_path, "--train-size", "4", "--batch-size", "2",
                          "--eval-size", "1"], flag, tmp_path, monkeypatch, capsys)
+
+
+def test_nonfinite_loss_stops_before_the_weights_change(tiny, monkeypatch, capsys):
+    """A nan loss: exit status 1, one line naming the step and the values, weights untouched."""
+    model, tok = tiny
+    _, args = sft.parse_args(["--grad-accum", "2"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    batch = [sft.Example(tok("12+3=", add_special_tokens=False)["input_ids"],
+                         tok("15", add_special_tokens=False)["input_ids"])] * 2
+    before = [w.detach().clone() for w in model.parameters()]
+    monkeypatch.setattr(sft, "sft_loss", lambda lp, mask, norm: (lp * mask).sum() * float("nan"))
+    with pytest.raises(SystemExit) as e:
+        sft.sft_step(model, optimizer, scheduler, batch, args, tok.pad_token_id, step=4)
+    assert e.value.code == 1
+    assert "step 5: non-finite loss=nan" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
