@@ -51,7 +51,7 @@ def main(argv=None):
         sizes = ([int(s) for s in args.sizes.split(",")] if args.sizes is not None
                  else list(task.SIZES))
         betas = [common.finite_float(b) for b in args.betas.split(",")]
-        model, tokenizer = common.load_model(common.resolve_model_path(args.model, task=args.task))
+        model, tokenizer = common.load_model(args.model, task=args.task)
     except ValueError as e:  # UsageError is one
         p.error(str(e))
     common.setup(args.seed, args.threads)

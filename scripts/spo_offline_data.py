@@ -53,7 +53,7 @@ def main(argv=None):
             raise ValueError(f"--top-p must lie in (0, 1], got {args.top_p}")
         pool = [q for n in args.sizes or task.SIZES
                 for q in task.get_problems("train", args.train_prompts, size=n, seed=args.seed)]
-        model, tok = common.load_model(common.resolve_model_path(args.model, task=args.task))
+        model, tok = common.load_model(args.model, task=args.task)
     except ValueError as e:  # UsageError is one
         p.error(str(e))
     prompts = common.encode_prompts(task, pool, tok, common.prompt_style(model, tok))
