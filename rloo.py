@@ -428,13 +428,12 @@ def main(argv=None):
     print(f"rloo: {n_params / 1e6:.2f}M parameters from {args.model_path}, engine {engine.name}, "
           f"B={args.prompts} k={args.k} beta={args.beta}, run {args.out}")
 
-    log_file = open(metrics_path, "a")
+    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
     wall = time.time()
 
-    def log(step: int, row: dict) -> None:  # one JSON line, flushed: a kill tears at most this one
+    def log(step: int, row: dict) -> None:  # one JSON line
         row = {"step": step, "time": round(time.time() - wall, 3), **row}
         log_file.write(json.dumps(row) + "\n")
-        log_file.flush()
         if "kl_to_ref" in row:  # the progress line of an evaluation
             shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
             tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown + [

@@ -345,7 +345,7 @@ def main(argv=None):
         print(f"resumed {args.out} at step {start}")
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
 
-    log_file = open(metrics_path, "a")
+    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
     wall = time.time()
     bar = tqdm(total=args.steps, initial=start, desc="sft", dynamic_ncols=True)
     stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
@@ -368,8 +368,7 @@ def main(argv=None):
             if evaluating:  # greedy; the last evaluation also samples --eval-k at T = 1
                 row.update(evaluate(engine, model, task, eval_sets, args, done == args.steps))
             row = {"step": done, "time": round(time.time() - wall, 3), **row}
-            log_file.write(json.dumps(row) + "\n")  # flushed: a kill tears at most this line
-            log_file.flush()
+            log_file.write(json.dumps(row) + "\n")
             if evaluating:  # the progress line: the loss, each accuracy, greedy format rates
                 ends = ("accuracy", "greedy/format_rate")
                 shown = ["loss"] + [k for k in row if k.startswith("eval") and k.endswith(ends)]
