@@ -525,7 +525,7 @@ def main(argv=None):
                 raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
-                                             grad_checkpoint=args.grad_checkpoint)
+                                             run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
         if os.path.exists(metrics_path):

@@ -27,6 +27,7 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,14 +194,15 @@ def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
                        task: str | None = None) -> str:
     """The folder or hub id to load, or UsageError.
 
-    "tiny"  -> build the tiny model (in the run folder);  "sft" -> the final model of the newest
-    sft.py run of `task` (runs/sft-*/final);  None -> the same, trained first by
-    `python sft.py --task TASK` where there is none;  a folder -> itself;  a hub id -> itself.
+    "tiny"  -> build the tiny model in RUN_DIR/tiny-init (no run folder: a temporary one);
+    "sft"   -> the final model of the newest sft.py run of `task` (runs/sft-*/final);
+    None    -> the same, trained first by `python sft.py --task TASK` where there is none;
+    a folder -> itself;  a hub id -> itself.
     """
     if name_or_path is None:
         return latest_sft_model(task, train_first=True)
     if name_or_path == TINY:
-        path = os.path.join(run_dir or ".", "tiny-init")
+        path = os.path.join(run_dir or tempfile.mkdtemp(prefix="tiny-"), "tiny-init")
         if not os.path.exists(os.path.join(path, "config.json")):
             build_tiny_model(path)
         return path

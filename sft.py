@@ -20,6 +20,7 @@ Run:  python sft.py --task countdown          (tiny model, CPU, ~5 minutes)
 The model in RUN/final is what rloo.py, topr.py, agro.py and spo.py take as --model.
 """
 import argparse
+import inspect
 import json
 import math
 import os
@@ -136,9 +137,13 @@ def encode_examples(task, problems, completions, tokenizer, style, max_len) -> l
 
 
 def task_demonstrations(task, sizes, per_size, seed, steps=False):
-    """(problems, completion texts) from the task's solver."""
+    """(problems, completion texts) from the task's solver; `steps` (--demo-steps) needs a task
+    whose demonstration() takes the optional keyword `steps`."""
+    if steps and "steps" not in inspect.signature(task.demonstration).parameters:
+        raise ValueError(f"--demo-steps: task {task.NAME}'s demonstration() has no steps=")
     problems = [p for n in sizes for p in task.get_problems("train", per_size, size=n, seed=seed)]
-    demos = [(p, task.demonstration(p, steps=steps)) for p in problems]
+    demos = [(p, task.demonstration(p, steps=True) if steps else task.demonstration(p))
+             for p in problems]
     return [p for p, d in demos if d is not None], [d for _, d in demos if d is not None]
 
 

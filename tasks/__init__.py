@@ -19,6 +19,8 @@ reference implementation; tasks/coins.py (pay an amount with the fewest coins) s
     problem_key(problem) -> str              # a stable name of the problem (caches, de-duplication)
     prompt(problem, style="instruct") -> str # or style="compact" (the tiny model's short prompt)
     demonstration(problem) -> str | None     # an SFT target completion, from the task's solver
+                                             # (optional keyword steps=True: with the working
+                                             # first, for sft.py --demo-steps)
     parse_answer(completion) -> str | None   # the text inside <answer>...</answer>, if any
     grade(problem, completion) -> "correct" | "wrong" | "invalid" | "no_answer"
     is_correct(problem, completion) -> bool  # grade(...) == "correct"
