@@ -19,8 +19,9 @@ policy for on-policy), each group weighted by its probability.
      is off, and only on the first token's logits.
 
 Run:  python scripts/agro_tabular.py          (all three; about 1 minute on one core)
-      python scripts/agro_tabular.py depth2   (3 only; seconds)
+      python scripts/agro_tabular.py depth2   (3 only; seconds; fig1 and onpolicy: 1 or 2 only)
 """
+import argparse
 import itertools
 import os
 import sys
@@ -186,10 +187,15 @@ def depth2(seed=0, V=3, beta=0.3, n=3):
           + f"; max err vs -(1/beta) grad L_on {err:.1e} (not grad J: same optimum, other path)")
 
 
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("experiment", nargs="?", choices=["fig1", "onpolicy", "depth2"], default=None,
+                   help="fig1: 1, onpolicy: 2, depth2: 3 (see the module docstring); default: all three")
+    which = p.parse_args(argv).experiment
+    for name, run in [("fig1", fig1), ("onpolicy", characterisation), ("depth2", depth2)]:
+        if which in (None, name):
+            run()
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["depth2"]:
-        depth2()
-    else:
-        fig1()
-        characterisation()
-        depth2()
+    main()
