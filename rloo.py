@@ -490,8 +490,39 @@ def main(argv=None):
     os.replace(final + ".tmp", final)
     engine.close()
     log_file.close()
-    print(f"done: final model in {final}  ({metrics_path})")
+    print("\n".join(closing_lines(args, stopped_early=done < args.steps)))
     return args.out
+
+
+# ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
+def closing_lines(args, stopped_early: bool) -> list[str]:
+    """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
+    evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    first, last = {}, {}  # "eval3/greedy/accuracy" -> (step, accuracy) at its first and last row
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith("eval") and key.endswith("/accuracy"):
+                first.setdefault(key, (row["step"], value))
+                last[key] = (row["step"], value)
+    steps = (min([s for s, _ in first.values()], default=0),
+             max([s for s, _ in last.values()], default=0))
+    script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    lines = [f"{script} done. Held-out accuracy (%), step {steps[0]} -> step {steps[1]}:"]
+    for size in dict.fromkeys(key.split("/")[0][len("eval"):] for key in first):
+        cells = []
+        for mode, name in (("greedy", "greedy"), ("sampled", "T = 1")):
+            if f"eval{size}/{mode}/accuracy" in first:
+                a, b = (100 * d[f"eval{size}/{mode}/accuracy"][1] for d in (first, last))
+                cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
+        lines.append(f"  size {size}: " + ", ".join(cells))
+    lines.append(f"run folder: {args.out} (final model: {final})")
+    if stopped_early:
+        lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
+    lines.append("next: python " + ("topr.py" if script == "sft.py" else script)
+                 + f" --task {args.task} --model {final}")
+    return lines
 
 
 if __name__ == "__main__":

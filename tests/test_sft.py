@@ -59,6 +59,8 @@ TINY_RUN = ["--steps", "6", "--eval-every", "3", "--eval-size", "4", "--train-si
 def test_end_to_end_run_writes_metrics_checkpoint_and_final_model(tmp_path):
     out = sft.main(TINY_RUN + ["--out", str(tmp_path / "run")])
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    start, rows = rows[0], rows[1:]  # step 0: the start model's evaluation, greedy and sampled
+    assert start["step"] == 0 and "eval4/sampled/accuracy" in start and "loss" not in start
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert "eval3/greedy/accuracy" in rows[2] and "eval4/sampled/accuracy" in rows[5]
     assert "eval3/sampled/accuracy" not in rows[2]  # periodic evaluations are greedy only
@@ -80,7 +82,7 @@ def test_interrupted_then_resumed_run_equals_an_uninterrupted_one(tmp_path, monk
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
     steps = [json.loads(line)["step"] for line in open(os.path.join(resumed, "metrics.jsonl"))]
-    assert steps == [1, 2, 3, 4, 5, 6]
+    assert steps == [0, 1, 2, 3, 4, 5, 6]
 
 
 def _write(tmp_path, name, text):
@@ -211,7 +213,7 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_pat
     straight = sft.main(TINY_RUN + ["--out", str(tmp_path / "a")])
     run = str(tmp_path / "b")
     ready = ((lambda: saved_step(run) == 3) if moment == "after_a_checkpoint"
-             else (lambda: logged_lines(run) >= 4))
+             else (lambda: logged_lines(run) >= 5))  # rows of steps 0-4 written
     assert kill_when(["sft.py", *TINY_RUN, "--out", run], ready) == -9  # killed, not finished
     assert not os.path.exists(os.path.join(run, "final"))
     proc = subprocess.run([sys.executable, "sft.py", "--resume", run], cwd=ROOT,
@@ -231,7 +233,8 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130
     assert err.strip().splitlines()[-1].endswith(f"Resume with: python sft.py --resume {run}")
-    assert saved_step(run) == logged_lines(run) < 400  # the checkpoint is at the last logged step
+    # the checkpoint is at the last logged step (rows: step 0's evaluation, then one a step)
+    assert saved_step(run) == logged_lines(run) - 1 < 400
 
 
 # CLI fuzz: every flag that takes a value, given a wrong type, a negative, zero, nan, an empty

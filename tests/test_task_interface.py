@@ -75,7 +75,7 @@ SCRIPTS = {  # a step or two of each
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_a_task_written_to_the_documented_interface_runs_with_every_script(name, tmp_path,
-                                                                          monkeypatch):
+                                                                          monkeypatch, capsys):
     monkeypatch.setitem(tasks.TASKS, "parity", parity_task())
     monkeypatch.chdir(tmp_path)
     module, budget = SCRIPTS[name]
@@ -83,6 +83,10 @@ def test_a_task_written_to_the_documented_interface_runs_with_every_script(name,
     assert out == "run"
     assert os.path.isdir(os.path.join("run", "final"))
     assert os.listdir(tmp_path) == ["run"]  # `tiny` was built inside the run folder
+    said = capsys.readouterr().out.splitlines()  # the closing lines (tests/test_run_section.py)
+    assert f"{name}.py done. Held-out accuracy (%), step 0 -> step " in said[-4]
+    assert said[-3].startswith("  size 4: greedy 0.0 -> ") and ", T = 1 " in said[-3]
+    assert said[-1].startswith("next: python ") and said[-1].endswith(" --model run/final")
 
 
 def test_demo_steps_with_a_task_that_has_no_steps_is_one_line(tmp_path, monkeypatch, capsys):
