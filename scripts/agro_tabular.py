@@ -190,7 +190,7 @@ def depth2(seed=0, V=3, beta=0.3, n=3):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("experiment", nargs="?", choices=["fig1", "onpolicy", "depth2"], default=None,
-                   help="fig1: 1, onpolicy: 2, depth2: 3 (see the module docstring); default: all three")
+                   help="fig1: 1, onpolicy: 2, depth2: 3 of the docstring; default: all three")
     which = p.parse_args(argv).experiment
     for name, run in [("fig1", fig1), ("onpolicy", characterisation), ("depth2", depth2)]:
         if which in (None, name):

@@ -9,7 +9,7 @@ One line for each check, in this order:
   model     the model it measures: --model, else Qwen/Qwen2.5-0.5B-Instruct where the local HF
             cache holds it, else tests/hub_standin.py's Qwen2-shaped stand-in (--qwen-shape: at
             Qwen2.5-0.5B's size, random weights)
-  tests     `pytest tests/test_vllm.py` (log-probs, weight sync, greedy, seeds, exact resume)
+  tests     `pytest --slow tests/test_vllm.py` (log-probs, weight sync, greedy, seeds, exact resume)
   start-up  seconds to start the vLLM engine (the GPU build compiles and captures CUDA graphs)
   tokens/s  sampled completion tokens per second of vLLM, our kv loop and HF generate, one batch
   sync      the largest |log-prob| gap between engine and trainer after perturbing the trainer's
@@ -158,8 +158,9 @@ def main():
 
     if has_vllm:
         t = time.perf_counter()
-        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings",
-                                "tests/test_vllm.py"], cwd=ROOT, capture_output=True, text=True)
+        tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "--slow", "-p",
+                                "no:warnings", "tests/test_vllm.py"], cwd=ROOT,
+                               capture_output=True, text=True)
         last = (tests.stdout.strip().splitlines() or ["(no output)"])[-1]
         say("tests", f"tests/test_vllm.py: {last} ({time.perf_counter() - t:.0f}s)")
     else:

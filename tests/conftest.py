@@ -14,6 +14,27 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 from tasks import scoring  # noqa: E402
 
+SLOW = "slow: learning runs, kill and resume, end-to-end runs, TRL and vLLM (run with --slow)"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (about 20 minutes more on 2 cores)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", SLOW)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without --slow, the tests marked slow are skipped (and counted as skipped)."""
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
 
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory):

@@ -579,6 +579,7 @@ def _offline_file(tmp_path, problems):
     return str(path)
 
 
+@pytest.mark.slow
 def test_offpolicy_run_learns_from_an_offline_file(weak_sft, tmp_path):
     """Off-policy AGRO (Eq. 4) on a fixed file of 3 completions for each of 4 easy prompts, 30
     steps: the policy's mean reward (256 fresh samples) rises by a margin. Seen with seed 0:
@@ -595,6 +596,7 @@ def test_offpolicy_run_learns_from_an_offline_file(weak_sft, tmp_path):
     assert "logprob_gap" not in rows[0] and rows[-1]["h_offline_retokenised"] != 0
 
 
+@pytest.mark.slow
 def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
     """Half on-policy, half from n samples a prompt drawn once from pi_ref (kept in the run folder):
     4 steps straight = 2 steps, then --resume to 4 (which reads the saved samples, not new ones)."""
@@ -619,6 +621,7 @@ def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
 
+@pytest.mark.slow
 def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path):
     out = agro.main(RUN + ["--model", tiny_path, "--problems", _problem_file(tmp_path, SUMS),
                            "--prompts", "2", "--n", "3", "--steps", "1000", "--mode", "onpolicy",
@@ -628,6 +631,7 @@ def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path)
     assert "eval3/sampled/accuracy" in rows[-1] and os.path.isdir(os.path.join(out, "final"))
 
 
+@pytest.mark.slow
 def test_onpolicy_vllm_engine_stays_in_sync(weak_sft, tmp_path):
     out = agro.main(RUN[:-2] + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
                                 "--prompts", "8", "--n", "4", "--lr", "5e-4", "--steps", "3",
@@ -787,6 +791,7 @@ def _wait_for(predicate, proc, timeout=600):
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["during reference sampling", "between steps", "ctrl-c"])
 def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, weak_sft, tmp_path):
     """A real subprocess killed (SIGKILL) while drawing the reference samples or after step 2, or

@@ -254,7 +254,8 @@ def test_sft_runs_on_coins(tmp_path):
     out = sft.main(SMALL[:-2] + ["--steps", "4", "--eval-every", "2", "--train-size", "40",
                                  "--batch-size", "8", "--warmup", "1", "--eval-sizes", "3",
                                  "--out", str(tmp_path / "run")])
-    rows = _metrics(out)
+    start, *rows = _metrics(out)  # step 0: the start model's evaluation
+    assert start["step"] == 0 and "eval3/greedy/accuracy" in start
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["loss"] < rows[0]["loss"]  # learning the solver's demonstrations
     assert 0.0 <= rows[-1]["eval3/greedy/accuracy"] <= 1.0

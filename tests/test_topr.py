@@ -555,6 +555,7 @@ def straight_run(tiny_path, tmp_path_factory):
                                  "--out", str(tmp_path_factory.mktemp("straight") / "run")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["data", "mid-step", "between-steps", "checkpoint-write"])
 def test_sigkill_at_any_moment_then_resume_gives_the_uninterrupted_run(phase, straight_run,
                                                                        tiny_path, tmp_path):

@@ -351,6 +351,7 @@ def test_agro_offline_trainer_loss_and_gradient_equal_agro_step(weak_sft, tiny_p
 # -------------------------------------------------------------------------------------------------
 # Data-parallel: two processes make the update of one on the combined batch
 # -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_two_processes_make_the_update_of_one_process_on_the_combined_batch(tmp_path):
     """scripts/trl_data_parallel.py: one SGD step (lr 1, so the update is the gradient) of each
     trainer on 3 puzzles x 8 fixed completions, as one process (24 completions) and as two
@@ -400,6 +401,7 @@ LEARNING = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", list(LEARNING))
 def test_short_run_raises_the_reward(weak_sft, tmp_path, algo):
     """30-80 steps of TRL's generation and the trainer's loss on four 2-number sums x 8

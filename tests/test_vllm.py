@@ -11,6 +11,8 @@ import torch
 import common
 from test_common import nucleus_logprobs
 
+pytestmark = pytest.mark.slow  # every test here starts a vLLM engine (tests/conftest.py: --slow)
+
 
 @pytest.fixture(scope="module")
 def engine_and_model(tiny_path):
