@@ -173,8 +173,9 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
                          max_position_embeddings=cfg.max_positions, bos_token_id=None,
                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     config.prompt_style = "compact"  # read by prompt_style(): the task's short prompt, no template
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.random.fork_rng(devices=[]):  # the caller's random streams are left as they were
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(path)

@@ -262,17 +262,8 @@ def check_args(args, parser) -> tuple:
         if not args.resume and os.path.exists(os.path.join(args.out, "metrics.jsonl")):
             raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
                              f"{args.out} or another --out")
-        ckpt_path, state = os.path.join(args.out, "checkpoint.pt"), None
-        if args.resume and os.path.exists(ckpt_path):  # none: stopped before its first save
-            try:  # the whole state of the run at its last checkpoint, one dict (see main)
-                state = dict(torch.load(ckpt_path, weights_only=False))
-            except Exception as e:  # a truncated or foreign file: torch raises many kinds
-                raise ValueError(f"cannot load checkpoint {ckpt_path}: unreadable "
-                                 f"({type(e).__name__})") from None
-            needed = {"model", "optimizer", "schedule", "rng", "step", "sampler"}
-            missing = sorted(needed - set(state))
-            if missing:
-                raise ValueError(f"cannot load checkpoint {ckpt_path}: no {', '.join(missing)}")
+        needed = {"model", "optimizer", "schedule", "rng", "step", "sampler"}  # see main()
+        state = load_checkpoint(args.out, needed) if args.resume else None
         return task, pool, held_out, offline, state
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
@@ -464,34 +455,6 @@ def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
 
 
 # ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
-def resumed_args(args, parser):
-    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
-    began; flags added since take their defaults, and another script's run is refused."""
-    try:
-        with open(os.path.join(args.resume, "config.json")) as f:
-            saved = json.load(f)
-        if not isinstance(saved, dict):
-            raise ValueError
-    except (OSError, ValueError):
-        parser.error(f"--resume {args.resume}: no readable config.json there")
-    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
-    if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags spo.py does not know "
-                     f"({', '.join(foreign[:5])}): another script's run")
-    saved["model"] = saved.pop("model_path")  # the model it started from, not a newer `sft`
-    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
-
-
-def keep_metrics_until(path: str, step: int) -> None:
-    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
-    torn by a kill mid-write."""
-    with open(path) as f:  # a torn line is the last, the only one without its "\n"
-        kept = [line for line in f if line.endswith("\n") and json.loads(line)["step"] <= step]
-    with open(path + ".tmp", "w") as f:
-        f.writelines(kept)
-    os.replace(path + ".tmp", path)
-
-
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
@@ -619,6 +582,64 @@ def main(argv=None):
 
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
+def resumed_args(args, parser):
+    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
+    began; flags added since take their defaults, and another script's run is refused."""
+    script = os.path.basename(__file__)
+    try:
+        with open(os.path.join(args.resume, "config.json")) as f:
+            saved = json.load(f)
+        if not isinstance(saved, dict):
+            raise ValueError
+    except (OSError, ValueError):
+        parser.error(f"--resume {args.resume}: no readable config.json there")
+    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
+    if foreign:
+        parser.error(f"--resume {args.resume}: config.json has flags {script} does not know "
+                     f"({', '.join(foreign[:5])}): another script's run")
+    if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
+        saved["model"] = saved.pop("model_path")
+    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def load_checkpoint(run: str, keys: set) -> dict | None:
+    """RUN/checkpoint.pt, the run's whole state at its last checkpoint (one dict); None where the
+    run stopped before its first one (no checkpoint, no final model: it starts again); ValueError
+    where a finished run lacks it, or it is unreadable or lacks one of `keys`."""
+    path = os.path.join(run, "checkpoint.pt")
+    if not os.path.exists(path):
+        if os.path.exists(os.path.join(run, "final")):
+            raise ValueError(f"--resume {run}: no checkpoint.pt beside its final model")
+        print(f"note: {run} stopped before its first checkpoint; starting it again")
+        return None
+    try:
+        state = dict(torch.load(path, weights_only=False))
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds
+        raise ValueError(f"cannot load checkpoint {path}: unreadable "
+                         f"({type(e).__name__})") from None
+    missing = sorted(keys - set(state))
+    if missing:
+        raise ValueError(f"cannot load checkpoint {path}: no {', '.join(missing)}")
+    return state
+
+
+def keep_metrics_until(path: str, step: int) -> None:
+    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
+    torn by a kill mid-write; any other damaged line is a ValueError naming it."""
+    with open(path) as f:  # a torn line is the last, the only one without its "\n"
+        lines = [line for line in f if line.endswith("\n")]
+    kept = []
+    for lineno, line in enumerate(lines, 1):
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
+    with open(path + ".tmp", "w") as f:
+        f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
 def closing_lines(args, stopped_early: bool) -> list[str]:
     """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
     evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""

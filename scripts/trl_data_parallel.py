@@ -24,15 +24,14 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import common  # noqa: E402
-import trl_trainers as tt  # noqa: E402
 from tasks import countdown  # noqa: E402
 
 G = 8  # completions per prompt: 3 x 8 = 24, 12 a process, so the second group spans both
 PROBLEMS = [{"nums": [3, 5], "target": 8}, {"nums": [7, 2], "target": 9},
             {"nums": [6, 1], "target": 7}]
-TRAINERS = {"topr": (tt.TOPRTrainer, tt.TOPRConfig, "pm1", {}),
-            "agro": (tt.AGROTrainer, tt.AGROConfig, "original", {}),
-            "spo": (tt.SPOTrainer, tt.SPOConfig, "spo", {})}
+TRAINERS = {"topr": ("TOPRTrainer", "TOPRConfig", "pm1", {}),  # trl_trainers' names: TRL is
+            "agro": ("AGROTrainer", "AGROConfig", "original", {}),  # imported only for a run
+            "spo": ("SPOTrainer", "SPOConfig", "spo", {})}
 
 
 def fixed_rollout(tokenizer, rows):
@@ -60,7 +59,10 @@ def fixed_rollout(tokenizer, rows):
 
 def one_step(name, model_path, out, world):
     from datasets import Dataset
-    cls, config_cls, kind, extra = TRAINERS[name]
+
+    import trl_trainers as tt
+    trainer_name, config_name, kind, extra = TRAINERS[name]
+    cls, config_cls = getattr(tt, trainer_name), getattr(tt, config_name)
     _, tok = common.load_model(model_path)
     rows = tt.task_rows(countdown, PROBLEMS, tok, "compact")
     config = config_cls(output_dir=os.path.join(out, name), use_cpu=True, bf16=False, report_to=[],

@@ -2,6 +2,8 @@
 import argparse
 import inspect
 import json
+import os
+import shutil
 
 import pytest
 
@@ -14,9 +16,13 @@ import topr
 SCRIPTS = {"sft": sft, "rloo": rloo, "topr": topr, "agro": agro, "spo": spo}
 
 
-def test_the_closing_lines_are_the_same_code_in_all_five_scripts():
-    sources = {name: inspect.getsource(m.closing_lines) for name, m in SCRIPTS.items()}
-    assert len(set(sources.values())) == 1, "closing_lines differs between scripts"
+RUN_SECTION = ["resumed_args", "load_checkpoint", "keep_metrics_until", "closing_lines"]
+
+
+@pytest.mark.parametrize("function", RUN_SECTION)
+def test_the_run_section_is_the_same_code_in_all_five_scripts(function):
+    sources = {name: inspect.getsource(getattr(m, function)) for name, m in SCRIPTS.items()}
+    assert len(set(sources.values())) == 1, f"{function} differs between scripts"
 
 
 ROWS = [  # a run's metrics.jsonl: a start evaluation, a training row, a greedy-only one, the end
@@ -46,3 +52,117 @@ def test_the_closing_lines_say_what_the_run_did_and_what_comes_next(name, stoppe
     assert (resume in lines) == stopped_early
     nxt = "topr" if name == "sft" else name
     assert lines[-1] == f"next: python {nxt}.py --task countdown --model {out}/final"
+
+
+# ---- resume: the same refusals and the same recoveries in every script ------------------------
+EVAL = ["--task", "countdown", "--model", "tiny", "--sizes", "3", "--eval-sizes", "3",
+        "--eval-size", "4", "--eval-k", "2", "--max-new-tokens", "12", "--threads", "1"]
+BUDGETS = {  # a step or two of each
+    "sft": ["--steps", "2", "--batch-size", "4", "--train-size", "8", "--eval-every", "2"],
+    "rloo": ["--steps", "1", "--prompts", "2", "--k", "2", "--train-size", "8"],
+    "topr": ["--iterations", "1", "--prompts", "2", "--n", "2", "--batch-size", "4",
+             "--train-size", "8"],
+    "agro": ["--steps", "1", "--prompts", "2", "--n", "2", "--offline-prompts", "2",
+             "--train-size", "8"],
+    "spo": ["--steps", "1", "--train-prompts", "2", "--batch-size", "4",
+            "--samples-per-prompt", "2"],
+}
+
+
+@pytest.fixture(scope="module")
+def finished_runs(tmp_path_factory):
+    """A finished run of a step or two of each script, made once; each test works on a copy."""
+    root = tmp_path_factory.mktemp("finished")
+    here = os.getcwd()
+    os.chdir(root)  # whatever a run writes outside its folder stays here
+    try:
+        for name, module in SCRIPTS.items():
+            module.main(EVAL + BUDGETS[name] + ["--out", str(root / name)])
+    finally:
+        os.chdir(here)
+    return root
+
+
+@pytest.fixture
+def run_copy(finished_runs, tmp_path):
+    def copy(name):
+        shutil.copytree(finished_runs / name, tmp_path / name)
+        return tmp_path / name
+    return copy
+
+
+def _refused(name, run, capsys) -> str:
+    """main(--resume run) ends with exit status 2 and one error line, no traceback: that line."""
+    with pytest.raises(SystemExit) as e:
+        SCRIPTS[name].main(["--resume", str(run)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_resume_refuses_a_truncated_checkpoint_in_one_line(name, run_copy, capsys):
+    run = run_copy(name)
+    data = (run / "checkpoint.pt").read_bytes()
+    (run / "checkpoint.pt").write_bytes(data[:len(data) // 2])
+    assert "cannot load checkpoint" in _refused(name, run, capsys)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_resume_refuses_a_finished_run_without_its_checkpoint_in_one_line(name, run_copy,
+                                                                        capsys):
+    run = run_copy(name)
+    os.remove(run / "checkpoint.pt")
+    assert f"--resume {run}: no checkpoint.pt" in _refused(name, run, capsys)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_resume_refuses_a_checkpoint_without_its_keys_in_one_line(name, run_copy, capsys):
+    import torch
+    run = run_copy(name)
+    torch.save({"step": 1}, run / "checkpoint.pt")
+    assert "cannot load checkpoint" in _refused(name, run, capsys)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_resume_refuses_a_metrics_row_without_a_step_in_one_line(name, run_copy, capsys):
+    run = run_copy(name)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"loss": 1.0}) + "\n")
+    last = _refused(name, run, capsys)
+    assert "metrics.jsonl:" in last and "not a run's metrics file" in last
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+@pytest.mark.parametrize("other", sorted(SCRIPTS))
+def test_resume_refuses_another_scripts_run_in_one_line(name, other, run_copy, capsys):
+    if name == other:
+        pytest.skip("the script's own run")
+    assert "another script's run" in _refused(name, run_copy(other), capsys)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_finished_run_resumed_adds_nothing_and_a_torn_last_row_is_dropped(name, run_copy,
+                                                                           capsys):
+    run = run_copy(name)
+    rows = (run / "metrics.jsonl").read_text()
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 99, "lo')  # a row torn by a kill mid-write
+    assert SCRIPTS[name].main(["--resume", str(run)]) == str(run)
+    assert (run / "metrics.jsonl").read_text() == rows
+    assert f"{name}.py done. Held-out accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_run_stopped_before_its_first_checkpoint_starts_again_from_step_0(name, run_copy,
+                                                                           finished_runs,
+                                                                           capsys):
+    """A kill before the first checkpoint leaves config.json and maybe some rows: --resume runs it
+    again from the start, to the metrics of the run never interrupted."""
+    from conftest import metrics_rows
+    run = run_copy(name)
+    os.remove(run / "checkpoint.pt")
+    shutil.rmtree(run / "final")
+    assert SCRIPTS[name].main(["--resume", str(run)]) == str(run)
+    assert "stopped before its first checkpoint; starting it again" in capsys.readouterr().out
+    assert metrics_rows(run) == metrics_rows(finished_runs / name)
