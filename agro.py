@@ -71,7 +71,8 @@ REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref,
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
     add("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
         help="default data: offline groups (Eq. 4) or fresh ones from pi (Eqs. 5-6)")
@@ -127,7 +128,8 @@ def parse_args(argv=None):
     add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0)
+    add("--seed", type=common.nonnegative_int, default=0,
+        help="seeds the run: its problems, batches and samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.online_fraction is None:  # the defaults that depend on other flags (see each help)

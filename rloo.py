@@ -54,7 +54,8 @@ from tasks.scoring import score
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--steps", type=common.positive_int, default=400, help="optimizer steps, one "
                    "a batch, and the lr decay's horizon (tiny model: under 5 minutes on 2 cores)")
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
@@ -111,7 +112,8 @@ def parse_args(argv=None):
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
                    help="stop training MIN minutes after the start (then evaluate and save)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0)
+    p.add_argument("--seed", type=common.nonnegative_int, default=0,
+                   help="seeds the run: its problems, batches and samples")
     p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 

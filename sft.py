@@ -41,7 +41,8 @@ from tasks.scoring import score
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--task", default="countdown", help="task module in tasks/")
     p.add_argument("--model", default="tiny", help="`tiny` (built here), a folder or a hub id")
     p.add_argument("--data", default=None, help="JSONL file or hub dataset of problems (the "
@@ -75,13 +76,15 @@ def parse_args(argv=None):
     p.add_argument("--eval-size", type=common.positive_int, default=200, help="problems a size")
     p.add_argument("--eval-k", type=common.nonnegative_int, default=8,
                    help="samples per problem for sampled accuracy/pass@k (0: none)")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
+    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
+                   help="completion budget in tokens, EOS included")
     p.add_argument("--reward", default=None,
                    help="reward variant reported in evaluation; default: the task's first")
     p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
                    help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
     # system
-    p.add_argument("--seed", type=common.nonnegative_int, default=0)
+    p.add_argument("--seed", type=common.nonnegative_int, default=0,
+                   help="seeds the run: its problems, batches and samples")
     p.add_argument("--threads", type=common.positive_int, default=None,
                    help="torch CPU threads (default: $TORCH_THREADS or all cores)")
     p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "

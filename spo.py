@@ -62,7 +62,8 @@ def temperature_range(text: str) -> tuple[float, float]:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
     add("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5)")
     add("--objective", choices=["terminal", "nonterminal", "advantage"], default="terminal",
@@ -113,7 +114,8 @@ def parse_args(argv=None):
     add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0)
+    add("--seed", type=common.nonnegative_int, default=0,
+        help="seeds the run: its problems, batches and samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 

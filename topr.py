@@ -168,7 +168,8 @@ def negative_share(rewards, c: float, split: float) -> float:
 
 # ---- Flags ---------------------------------------------------------------------------------------
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
     # the data (Algorithm 1, first lines)
     add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
@@ -234,7 +235,8 @@ def parse_args(argv=None):
     add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0)
+    add("--seed", type=common.nonnegative_int, default=0,
+        help="seeds the run: its problems, batches and samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults

@@ -166,3 +166,15 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_from_step_0(name
     assert SCRIPTS[name].main(["--resume", str(run)]) == str(run)
     assert "stopped before its first checkpoint; starting it again" in capsys.readouterr().out
     assert metrics_rows(run) == metrics_rows(finished_runs / name)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_help_shows_every_default(name):
+    """Each flag's --help line ends with its default, e.g. --lr's (argparse's defaults formatter)."""
+    parser = SCRIPTS[name].parse_args([])[0]
+    text = " ".join(parser.format_help().split())
+    for action in parser._actions:
+        if action.option_strings and action.default is not argparse.SUPPRESS:
+            assert action.help, f"{name}.py {action.option_strings[-1]} has no help"
+    lr = parser.parse_args([]).lr
+    assert f"(default: {lr})" in text
