@@ -195,10 +195,9 @@ def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
                        task: str | None = None) -> str:
     """The folder or hub id to load, or UsageError.
 
-    "tiny"  -> build the tiny model in RUN_DIR/tiny-init (no run folder: a temporary one);
-    "sft"   -> the final model of the newest sft.py run of `task` (runs/sft-*/final);
-    None    -> the same, trained first by `python sft.py --task TASK` where there is none;
-    a folder -> itself;  a hub id -> itself.
+    "tiny" -> built in RUN_DIR/tiny-init (no run folder: a temporary one);  "sft" -> the final
+    model of the newest sft.py run of `task` (runs/sft-*/final);  None -> the same, trained first
+    by `python sft.py --task TASK` where there is none;  a folder or a hub id -> itself.
     """
     if name_or_path is None:
         return latest_sft_model(task, train_first=True)

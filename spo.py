@@ -72,7 +72,7 @@ def parse_args(argv=None):
         help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
     add("--eps", type=common.positive_float, default=1e-3,
         help="ce clips Q/beta to <= -eps in the forward pass (paper: 'close to 0')")
-    add("--train-prompts", type=common.positive_int, default=256, help="training problems a size")
+    add("--train-size", type=common.positive_int, default=256, help="training problems a size")
     add("--problems", type=problems_source, default=None,
         help="training problems from a JSONL file, `hub` or a hub dataset id")
     add("--sizes", type=common.int_list, default=None,
@@ -252,7 +252,7 @@ def check_args(args, parser) -> tuple:
                 raise ValueError(f"no such Q0 cache: {args.q0_cache}")
             ref_path = common.resolve_model_path(args.model, task=args.task)
             read_q0_cache(args.q0_cache, q0_made_with(args, ref_path))
-        pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_prompts,
+        pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
         keys = {task.problem_key(p) for p in pool}

@@ -37,7 +37,7 @@ BUDGETS = {  # a step or two each: enough to sample, sync, train, evaluate and s
              "--micro-batch", "8", "--train-size", "64"],
     "agro": ["--steps", "2", "--prompts", "4", "--n", "2", "--offline-prompts", "8",
              "--micro-batch", "8", "--eval-every", "2", "--save-every", "2", "--train-size", "64"],
-    "spo": ["--steps", "2", "--train-prompts", "4", "--batch-size", "8",
+    "spo": ["--steps", "2", "--train-size", "4", "--batch-size", "8",
             "--samples-per-prompt", "2", "--micro-batch", "8", "--eval-every", "2",
             "--save-every", "2"],
 }
@@ -46,7 +46,7 @@ BUDGETS = {  # a step or two each: enough to sample, sync, train, evaluate and s
 # with --from-sft: 64 new tokens (the tiny model's answers are 30-40 characters), more samples
 FROM_SFT = {"rloo": ["--prompts", "16", "--k", "4"], "topr": ["--prompts", "16", "--n", "4"],
             "agro": ["--prompts", "16", "--n", "4", "--offline-prompts", "16"],
-            "spo": ["--train-prompts", "16", "--samples-per-prompt", "4", "--batch-size", "32"]}
+            "spo": ["--train-size", "16", "--samples-per-prompt", "4", "--batch-size", "32"]}
 
 
 def pairs_file(path: str) -> str:

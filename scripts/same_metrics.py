@@ -28,7 +28,7 @@ RUNS = {  # name: (script, flags); a few optimizer steps, evaluations and checkp
                          "--eval-every", "2", "--save-every", "2", "--train-size", "200"]),
     "agro-on": ("agro.py", ["--mode", "onpolicy", "--steps", "4", "--prompts", "4", "--n", "4",
                             "--eval-every", "2", "--save-every", "2", "--train-size", "200"]),
-    "spo": ("spo.py", ["--steps", "4", "--train-prompts", "8", "--batch-size", "8",
+    "spo": ("spo.py", ["--steps", "4", "--train-size", "8", "--batch-size", "8",
                        "--samples-per-prompt", "2", "--q0-samples", "4", "--eval-every", "2",
                        "--save-every", "2"]),
 }

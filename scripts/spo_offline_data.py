@@ -8,7 +8,7 @@ for Sequence Models", 2025, arXiv:2503.05453.
 As in [SPO]'s offline set (§5): each chunk of prompts is sampled at a temperature ~ U(lo, hi) with
 top-p 0.95; --correct-only keeps only the correct ones (the paper filtered its offline data to
 correct solutions). spo.py recomputes every reward from the text; "correct" is for reading. By
-default the problems are spo.py's own training pool (same --sizes, --train-prompts and --seed).
+default the problems are spo.py's own training pool (same --sizes, --train-size and --seed).
 
 Run:  python scripts/spo_offline_data.py --model runs/sft-.../final --out runs/spo-offline.jsonl
 """
@@ -33,7 +33,7 @@ def main(argv=None):
     p.add_argument("--sizes", type=common.int_list, default=None,
                    help="difficulty levels, comma-separated (Countdown: numbers a puzzle); "
                         "default: the task's SIZES")
-    p.add_argument("--train-prompts", type=common.positive_int, default=256,
+    p.add_argument("--train-size", type=common.positive_int, default=256,
                    help="training problems per size")
     p.add_argument("--samples", type=common.positive_int, default=8, help="samples per problem")
     p.add_argument("--temperature", type=spo.temperature_range, default=(0.1, 1.0), metavar="LO,HI",
@@ -52,7 +52,7 @@ def main(argv=None):
         if args.top_p > 1:
             raise ValueError(f"--top-p must lie in (0, 1], got {args.top_p}")
         pool = [q for n in args.sizes or task.SIZES
-                for q in task.get_problems("train", args.train_prompts, size=n, seed=args.seed)]
+                for q in task.get_problems("train", args.train_size, size=n, seed=args.seed)]
         model, tok = common.load_model(args.model, task=args.task)
     except ValueError as e:  # UsageError is one
         p.error(str(e))

@@ -74,7 +74,7 @@ AGRO_SPO = {
     "rloo-b0.05": ("rloo.py", ["--beta", "0.05"], "RLOO with the KL in the reward (§8.1)"),
     "spo-b0.5": ("spo.py", ["--beta", "0.5"], "spo.py's former default"),
     "spo-b0.087": ("spo.py", ["--beta", "0.087"], "the paper's beta, 1/ln 1e5"),
-    "spo-b0.087-p1024-q16": ("spo.py", ["--beta", "0.087", "--train-prompts", "1024",
+    "spo-b0.087-p1024-q16": ("spo.py", ["--beta", "0.087", "--train-size", "1024",
                                         "--q0-samples", "16"],
                              "4x the prompts, 1/4 the Q0 samples"),
     "agro-off-b0.3": ("agro.py", OFF + ["--beta", "0.3", "--sizes", "3", "--eval-every", "25"],

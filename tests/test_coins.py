@@ -239,7 +239,7 @@ SCRIPTS = {  # script -> its flags for a run of a few steps
              "--batch-size", "4", "--train-size", "20", "--reward", "graded"],
     "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2", "--n", "3",
              "--train-size", "20", "--eval-every", "1000"],
-    "spo": ["--engine", "kv", "--steps", "2", "--train-prompts", "4", "--q0-samples", "2",
+    "spo": ["--engine", "kv", "--steps", "2", "--train-size", "4", "--q0-samples", "2",
             "--batch-size", "4", "--samples-per-prompt", "2", "--warmup", "1",
             "--eval-every", "1000"],
 }

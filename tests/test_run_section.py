@@ -64,7 +64,7 @@ BUDGETS = {  # a step or two of each
              "--train-size", "8"],
     "agro": ["--steps", "1", "--prompts", "2", "--n", "2", "--offline-prompts", "2",
              "--train-size", "8"],
-    "spo": ["--steps", "1", "--train-prompts", "2", "--batch-size", "4",
+    "spo": ["--steps", "1", "--train-size", "2", "--batch-size", "4",
             "--samples-per-prompt", "2"],
 }
 
@@ -170,7 +170,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_from_step_0(name
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_help_shows_every_default(name):
-    """Each flag's --help line ends with its default, e.g. --lr's (argparse's defaults formatter)."""
+    """Every flag has help, and each help line ends with its default, e.g. --lr's."""
     parser = SCRIPTS[name].parse_args([])[0]
     text = " ".join(parser.format_help().split())
     for action in parser._actions:

@@ -613,7 +613,7 @@ def test_cli_fuzz_every_flag_gives_one_line_and_status_2_or_is_accepted(flag, ti
     """Each flag with a wrong type, a negative, zero, nan, inf, an empty string and a missing path:
     parse and check only (no model is loaded), so every case is cheap."""
     monkeypatch.chdir(tmp_path)
-    base = ["--model", tiny_path, "--train-prompts", "2", "--eval-size", "2"]
+    base = ["--model", tiny_path, "--train-size", "2", "--eval-size", "2"]
     for value in ["abc", "-1", "0", "nan", "inf", "", "missing.jsonl"]:
         try:
             parser, args = spo.parse_args(base + [flag, value])

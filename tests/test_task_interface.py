@@ -68,7 +68,7 @@ SCRIPTS = {  # a step or two of each
                     "--train-size", "8"]),
     "agro": (agro, ["--steps", "1", "--prompts", "2", "--n", "2", "--offline-prompts", "2",
                     "--train-size", "8"]),
-    "spo": (spo, ["--steps", "1", "--train-prompts", "2", "--batch-size", "4",
+    "spo": (spo, ["--steps", "1", "--train-size", "2", "--batch-size", "4",
                   "--samples-per-prompt", "2"]),
 }
 
