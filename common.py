@@ -234,9 +234,10 @@ def latest_sft_model(task: str | None, runs: str = "runs", train_first: bool = F
     if found:
         return max(found, key=os.path.getmtime)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sft.py")
-    if not (train_first and os.path.exists(script)):
-        raise UsageError(f"no finished sft.py run of task {task} under {runs}/: "
-                         f"run `python sft.py --task {task}` first, or pass --model")
+    if not (train_first and os.path.exists(script)):  # a copied-out script may lack sft.py
+        how = f"run `python sft.py --task {task}`" if os.path.exists(script) else "copy sft.py here"
+        raise UsageError(f"no finished sft.py run of task {task} under {runs}/: {how} first, "
+                         "or pass --model")
     print(f"no finished sft.py run of task {task} under {runs}/: training one first with "
           f"`python sft.py --task {task}`", flush=True)
     if subprocess.run([sys.executable, script, "--task", str(task)]).returncode != 0:

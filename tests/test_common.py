@@ -208,6 +208,24 @@ def test_the_default_model_trains_an_sft_run_first_where_there_is_none(tmp_path,
     assert common.resolve_model_path(None, task="countdown") == path and len(calls) == 1
 
 
+def test_a_copied_out_script_without_sft_py_says_what_to_copy(tmp_path):
+    """topr.py, common.py and tasks/ copied into an empty folder (as a course assignment does): with
+    no --model and no sft.py beside it, one line says to copy sft.py or pass --model."""
+    import shutil
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("topr.py", "common.py"):
+        shutil.copy(os.path.join(root, name), tmp_path)
+    shutil.copytree(os.path.join(root, "tasks"), tmp_path / "tasks")
+    proc = subprocess.run([sys.executable, "topr.py", "--task", "countdown", "--train-size", "10",
+                           "--eval-size", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "no finished sft.py run of task countdown under runs/: copy sft.py here first, or pass "
+        "--model")
+
+
 def test_prompts_use_the_compact_form_for_the_tiny_model(tiny):
     model, tok = tiny
     style = common.prompt_style(model, tok)
