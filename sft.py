@@ -83,6 +83,8 @@ def parse_args(argv=None):
     p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
                    help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
     # system
+    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+                   help="stop training MIN minutes after the start (then evaluate and save)")
     p.add_argument("--seed", type=common.nonnegative_int, default=0,
                    help="seeds the run: its problems, batches and samples")
     p.add_argument("--threads", type=common.positive_int, default=None,
@@ -239,6 +241,7 @@ def evaluate(engine, model, task, eval_sets, args, sampled: bool) -> dict:
 
 # ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
 def main(argv=None):
+    started = time.monotonic()
     parser, args = parse_args(argv)
     if args.resume is not None:
         args = resumed_args(args, parser)
@@ -313,6 +316,8 @@ def main(argv=None):
         row = {"step": 0, "time": 0.0, **evaluate(engine, model, task, eval_sets, args, True)}
         log_file.write(json.dumps(row) + "\n")
     bar = tqdm(total=args.steps, initial=start, desc="sft", dynamic_ncols=True)
+    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
+    done = start  # optimizer steps taken
     stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
 
     def on_ctrl_c(signum, frame):
@@ -329,9 +334,10 @@ def main(argv=None):
             done = step + 1  # steps taken
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}")
-            evaluating = done % args.eval_every == 0 or done == args.steps
+            last = done == args.steps or time.monotonic() >= deadline
+            evaluating = done % args.eval_every == 0 or last
             if evaluating:  # greedy; the last evaluation also samples --eval-k at T = 1
-                row.update(evaluate(engine, model, task, eval_sets, args, done == args.steps))
+                row.update(evaluate(engine, model, task, eval_sets, args, last))
             row = {"step": done, "time": round(time.time() - wall, 3), **row}
             log_file.write(json.dumps(row) + "\n")
             if evaluating:  # the progress line: the loss, each accuracy, greedy format rates
@@ -348,6 +354,8 @@ def main(argv=None):
                 print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
                       f"sft.py --resume {args.out}", file=sys.stderr)
                 raise SystemExit(130)
+            if last:
+                break
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     bar.close()
@@ -358,7 +366,7 @@ def main(argv=None):
     os.replace(final + ".tmp", final)
     engine.close()
     log_file.close()
-    print("\n".join(closing_lines(args, stopped_early=False)))
+    print("\n".join(closing_lines(args, stopped_early=done < args.steps)))
     return args.out
 
 

@@ -178,3 +178,19 @@ def test_help_shows_every_default(name):
             assert action.help, f"{name}.py {action.option_strings[-1]} has no help"
     lr = parser.parse_args([]).lr
     assert f"(default: {lr})" in text
+
+
+LONGER = {"sft": ["--steps", "3"], "rloo": ["--steps", "3"], "topr": ["--iterations", "3"],
+          "agro": ["--steps", "3"], "spo": ["--steps", "3"]}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_time_limit_stops_after_a_step_saves_and_says_how_to_continue(name, tmp_path, capsys):
+    run = tmp_path / "run"
+    SCRIPTS[name].main(EVAL + BUDGETS[name] + LONGER[name]
+                       + ["--time-limit", "1e-9", "--out", str(run)])
+    rows = [json.loads(line) for line in open(run / "metrics.jsonl")]
+    assert rows[-1]["step"] == 1 and any(k.endswith("sampled/accuracy") for k in rows[-1])
+    assert os.path.isdir(run / "final") and os.path.exists(run / "checkpoint.pt")
+    said = capsys.readouterr().out.splitlines()
+    assert f"stopped at --time-limit; continue: python {name}.py --resume {run}" in said
