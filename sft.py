@@ -256,7 +256,6 @@ def main(argv=None):
         rows = data_rows(args.data) if args.data else None
         args.out = args.out or time.strftime(f"runs/sft-{args.task}-%Y%m%d-%H%M%S")
         metrics_path = os.path.join(args.out, "metrics.jsonl")
-        ckpt_path = os.path.join(args.out, "checkpoint.pt")
         if not args.resume and os.path.exists(metrics_path):
             raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
                              f"{args.out} or another --out")
@@ -296,10 +295,7 @@ def main(argv=None):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_lambda(s, args.warmup, args.steps))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
-        json.dump(vars(args), f, indent=2, default=str)
-    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
+    save_config(args)
     start = 0
     if state:  # exact resume: the weights, AdamW's moments, the lr schedule, every random stream
         model.load_state_dict(state["model"])
@@ -344,11 +340,10 @@ def main(argv=None):
                 ends = ("accuracy", "greedy/format_rate")
                 shown = ["loss"] + [k for k in row if k.startswith("eval") and k.endswith(ends)]
                 tqdm.write(f"step {done}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
-            if evaluating or stop:  # atomically: a kill keeps the old checkpoint
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "scheduler": scheduler.state_dict(), "rng": common.rng_state(),
-                            "step": done}, ckpt_path + ".tmp")
-                os.replace(ckpt_path + ".tmp", ckpt_path)
+            if evaluating or stop:
+                save_checkpoint(args.out, {
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(), "rng": common.rng_state(), "step": done})
             if stop:
                 bar.close()
                 print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
@@ -359,11 +354,7 @@ def main(argv=None):
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     bar.close()
-    final = os.path.join(args.out, "final")  # the RL scripts' --model, a Hugging Face folder
-    model.save_pretrained(final + ".tmp")
-    tokenizer.save_pretrained(final + ".tmp")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(final + ".tmp", final)
+    save_final(model, tokenizer, args.out)
     engine.close()
     log_file.close()
     print("\n".join(closing_lines(args, stopped_early=done < args.steps)))
@@ -389,6 +380,31 @@ def resumed_args(args, parser):
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
     return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def save_config(args) -> None:
+    """RUN/config.json: the flags, what --resume reads; written atomically."""
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "config.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(path + ".tmp", path)
+
+
+def save_checkpoint(run: str, state: dict) -> None:
+    """RUN/checkpoint.pt, the run's whole state in one dict; atomically: a kill keeps the old."""
+    path = os.path.join(run, "checkpoint.pt")
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def save_final(model, tokenizer, run: str) -> None:
+    """RUN/final, a Hugging Face folder (the next script's --model), replaced whole."""
+    final = os.path.join(run, "final")
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:

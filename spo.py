@@ -489,11 +489,7 @@ def main(argv=None):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then constant
         optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "config.json.tmp"), "w") as f:  # what --resume reads
-        json.dump(vars(args), f, indent=2, default=str)
-    os.replace(os.path.join(args.out, "config.json.tmp"), os.path.join(args.out, "config.json"))
-    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+    save_config(args)
     start = 0
     if state:  # exact resume: the weights, the sampler's, AdamW, lr schedule, RNGs, the step
         model.load_state_dict(state["model"])
@@ -555,13 +551,12 @@ def main(argv=None):
             log(done, row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
-            if done % args.save_every == 0 or last or stop:  # atomically: a kill keeps the old
+            if done % args.save_every == 0 or last or stop:
                 lagging = done % args.model_update_interval != 0  # the sampler is not the policy
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                          "schedule": schedule.state_dict(), "rng": common.rng_state(), "step": done,
                          "sampler": sampler.state_dict() if lagging else None}
-                torch.save(state, ckpt_path + ".tmp")
-                os.replace(ckpt_path + ".tmp", ckpt_path)
+                save_checkpoint(args.out, state)
             if stop:
                 bar.close()
                 print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
@@ -572,11 +567,7 @@ def main(argv=None):
     finally:
         signal.signal(signal.SIGINT, previous_handler)
     bar.close()
-    final = os.path.join(args.out, "final")  # the next script's --model, a Hugging Face folder
-    model.save_pretrained(final + ".tmp")
-    tokenizer.save_pretrained(final + ".tmp")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(final + ".tmp", final)
+    save_final(model, tokenizer, args.out)
     engine.close()
     log_file.close()
     print("\n".join(closing_lines(args, stopped_early=done < args.steps)))
@@ -602,6 +593,31 @@ def resumed_args(args, parser):
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
     return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
+
+
+def save_config(args) -> None:
+    """RUN/config.json: the flags, what --resume reads; written atomically."""
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "config.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(vars(args), f, indent=2, default=str)
+    os.replace(path + ".tmp", path)
+
+
+def save_checkpoint(run: str, state: dict) -> None:
+    """RUN/checkpoint.pt, the run's whole state in one dict; atomically: a kill keeps the old."""
+    path = os.path.join(run, "checkpoint.pt")
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def save_final(model, tokenizer, run: str) -> None:
+    """RUN/final, a Hugging Face folder (the next script's --model), replaced whole."""
+    final = os.path.join(run, "final")
+    model.save_pretrained(final + ".tmp")
+    tokenizer.save_pretrained(final + ".tmp")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:

@@ -16,7 +16,8 @@ import topr
 SCRIPTS = {"sft": sft, "rloo": rloo, "topr": topr, "agro": agro, "spo": spo}
 
 
-RUN_SECTION = ["resumed_args", "load_checkpoint", "keep_metrics_until", "closing_lines"]
+RUN_SECTION = ["resumed_args", "save_config", "save_checkpoint", "save_final", "load_checkpoint",
+               "keep_metrics_until", "closing_lines"]
 
 
 @pytest.mark.parametrize("function", RUN_SECTION)
