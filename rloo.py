@@ -56,8 +56,8 @@ from tasks.scoring import score
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--steps", type=common.positive_int, default=400, help="optimizer steps, one "
-                   "a batch, and the lr decay's horizon (tiny model: under 5 minutes on 2 cores)")
+    p.add_argument("--steps", type=common.positive_int, default=400,
+                   help="optimizer steps, one a batch, and the lr decay's horizon")
     p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     p.add_argument("--k", type=int, default=4, help="samples per prompt (k >= 2); 64 x 4 learned "
                    "faster a step than 32 x 8 or 16 x 16 (256 completions each) on the tiny model")
