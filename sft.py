@@ -239,7 +239,7 @@ def evaluate(engine, model, task, eval_sets, args, sampled: bool) -> dict:
     return metrics
 
 
-# ---- The run: inputs, the loop, metrics, checkpoint and resume ----------------------------------
+# ---- main(): every input checked, then the loop (saving and resuming: the run section) -----------
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)

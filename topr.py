@@ -451,7 +451,7 @@ def evaluate(engine, model, task, eval_sets, args) -> dict:
     return metrics
 
 
-# ---- The run: inputs, Algorithm 1's loops, metrics, checkpoint and resume ------------------------
+# ---- main(): every input checked, then Algorithm 1's loops (saves: the run section) --------------
 def main(argv=None):
     started = time.monotonic()
     parser, args = parse_args(argv)
