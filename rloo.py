@@ -325,10 +325,8 @@ def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> 
 
 # ---- main(): every input checked, then the loop (saving and resuming: the run section) -----------
 def main(argv=None):
-    started = time.monotonic()
     parser, args = parse_args(argv)
-    if args.resume is not None:
-        args = resumed_args(args, parser)
+    run = Run(parser, args, keys={"model", "optimizer"})  # --resume, the run folder, checkpoint
     common.setup(args.seed, args.threads)
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
@@ -345,20 +343,11 @@ def main(argv=None):
         if len(pool) < args.prompts:
             raise ValueError(f"--prompts {args.prompts} is more than the {len(pool)} training "
                              "problems")
-        args.out = args.out or time.strftime(f"runs/rloo-{args.task}-%Y%m%d-%H%M%S")
-        metrics_path = os.path.join(args.out, "metrics.jsonl")
-        if not args.resume and os.path.exists(metrics_path):
-            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
-                             f"{args.out} or another --out")
-        needed = {"model", "optimizer", "rng", "step"}  # see the loop's save
-        state = load_checkpoint(args.out, needed) if args.resume else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
-        if os.path.exists(metrics_path):
-            keep_metrics_until(metrics_path, state["step"] if state else -1)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     style = common.prompt_style(model, tokenizer)
@@ -366,82 +355,142 @@ def main(argv=None):
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
                  for n, ps in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    save_config(args)
-    start = 0
-    if state:  # exact resume: the weights, AdamW's moments, every random stream, the step
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        common.set_rng_state(state["rng"])
-        start = state["step"]
-        print(f"resumed {args.out} at step {start}")
+    start = run.begin(model=model, optimizer=optimizer)  # 0, or the checkpoint's step
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)  # the resumed weights, if any
     n_params = sum(p.numel() for p in model.parameters())
     print(f"rloo: {n_params / 1e6:.2f}M parameters from {args.model_path}, engine {engine.name}, "
           f"B={args.prompts} k={args.k} beta={args.beta}, run {args.out}")
-
-    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
-    wall = time.time()
-
-    def log(step: int, row: dict) -> None:  # one JSON line
-        row = {"step": step, "time": round(time.time() - wall, 3), **row}
-        log_file.write(json.dumps(row) + "\n")
-        if "kl_to_ref" in row:  # the progress line of an evaluation
-            shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown + [
-                k for k in ("signal_share", "kl_to_ref") if k in row]))
     if start == 0:
-        log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-    bar = tqdm(total=args.steps, initial=start, desc="rloo", dynamic_ncols=True)
-    deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
-    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
-
-    def on_ctrl_c(signum, frame):
-        if stop:
-            raise KeyboardInterrupt
-        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
-    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
+        run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     done = start  # optimizer steps taken
-    try:
-        for step in range(start, args.steps):
-            t0 = time.perf_counter()
-            batch = draw_batch(engine, task, pool, prompts, step, args)
-            t_gen = time.perf_counter() - t0
-            row = rloo_step(model, ref_model, optimizer, batch.groups, args,
-                            tokenizer.pad_token_id, step)  # Eqs. 2-3
-            t_sync = time.perf_counter()
-            engine.sync(model)  # the next batch is sampled from exactly these weights
-            done = step + 1
-            row.update(batch_metrics(task, batch, args), time_generate=t_gen,
-                       time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
-            last = done == args.steps or time.monotonic() >= deadline
-            if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-            log(done, row)
-            bar.update(1)
-            bar.set_postfix(reward=f"{row['reward']:.3f}", acc=f"{row['accuracy']:.2f}",
-                            gap=f"{row['logprob_gap']:.1e}")
-            if done % args.save_every == 0 or last or stop:
-                save_checkpoint(args.out, {"model": model.state_dict(), "rng": common.rng_state(),
-                                           "optimizer": optimizer.state_dict(), "step": done})
-            if stop:
-                bar.close()
-                print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
-                      f"rloo.py --resume {args.out}", file=sys.stderr)
-                raise SystemExit(130)
-            if last:
-                break
-    finally:
-        signal.signal(signal.SIGINT, previous_handler)
-    bar.close()
-    save_final(model, tokenizer, args.out)
+    for step in range(start, args.steps):
+        t0 = time.perf_counter()
+        batch = draw_batch(engine, task, pool, prompts, step, args)
+        t_gen = time.perf_counter() - t0
+        row = rloo_step(model, ref_model, optimizer, batch.groups, args,
+                        tokenizer.pad_token_id, step)  # Eqs. 2-3
+        t_sync = time.perf_counter()
+        engine.sync(model)  # the next batch is sampled from exactly these weights
+        done = step + 1
+        row.update(batch_metrics(task, batch, args), time_generate=t_gen,
+                   time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
+        last = done == args.steps or run.out_of_time()
+        if done % args.eval_every == 0 or last:
+            row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
+        run.log(done, row)
+        run.checkpoint(done, due=done % args.save_every == 0 or last)
+        if last:
+            break
     engine.close()
-    log_file.close()
-    print("\n".join(closing_lines(args, stopped_early=done < args.steps)))
-    return args.out
+    return run.finish(model, tokenizer, stopped_early=done < args.steps)
 
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
+class Run:
+    """The run folder: config.json (the flags), checkpoint.pt (the whole state, one dict),
+    metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
+
+    def __init__(self, parser, args, keys: set):
+        """--resume's flags, the run folder, its checkpoint (`keys`: what it must hold besides the
+        RNGs and the step; None: start at 0) and its metrics after that step dropped. Bad input:
+        one line and exit 2, before a model is loaded."""
+        self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
+        if args.resume is not None:
+            resumed_args(args, parser)
+        self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
+        args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
+        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        try:
+            if not args.resume and os.path.exists(self.metrics):
+                raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                                 f"{args.out} or another --out")
+            self.state = load_checkpoint(args.out, keys | {"rng", "step"}) if args.resume else None
+            if os.path.exists(self.metrics):
+                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
+        except ValueError as e:
+            parser.error(str(e))
+
+    def begin(self, **objects) -> int:
+        """Write config.json; on --resume load the checkpoint into `objects` (by name: the model,
+        AdamW, ...) and every RNG. Ctrl-C now stops after the step. Returns the step to start at."""
+        os.makedirs(self.args.out, exist_ok=True)
+        atomic_write(os.path.join(self.args.out, "config.json"),
+                     json.dumps(vars(self.args), indent=2, default=str))
+        self.objects, self.wall, step = objects, time.time(), 0
+        if self.state:
+            for name, obj in objects.items():
+                obj.load_state_dict(self.state[name])
+            common.set_rng_state(self.state["rng"])
+            step = self.state["step"]
+            print(f"resumed {self.args.out} at step {step}")
+        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
+        self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
+        return step
+
+    def on_ctrl_c(self, signum, frame):
+        if self.stop:  # the second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr)
+        self.stop.append(signum)
+
+    def out_of_time(self) -> bool:
+        """--time-limit has passed: the loop evaluates, saves and stops."""
+        return time.monotonic() >= self.deadline
+
+    def log(self, step: int, row: dict) -> None:
+        """One row of metrics.jsonl; the progress bar; the held-out accuracies when evaluated."""
+        row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        self.log_file.write(json.dumps(row) + "\n")
+        if step > 0:
+            if self.bar is None:
+                self.bar = tqdm(total=getattr(self.args, "steps", None), initial=step - 1,
+                                desc=self.script[:-3], dynamic_ncols=True)
+            self.bar.update(1)
+            self.bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "reward") if k in row})
+        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        if shown:
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+
+    def checkpoint(self, step: int, due: bool, **extra) -> None:
+        """RUN/checkpoint.pt when due or after a Ctrl-C (then say how to resume and exit 130): the
+        objects begin() was given, every RNG, the step and `extra`, written atomically."""
+        if due or self.stop:
+            state = {name: obj.state_dict() for name, obj in self.objects.items()}
+            state.update(rng=common.rng_state(), step=step, **extra)
+            atomic_write(os.path.join(self.args.out, "checkpoint.pt"), state)
+        if self.stop:
+            signal.signal(signal.SIGINT, self.previous_handler)
+            print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
+                  f"{self.script} --resume {self.args.out}", file=sys.stderr)
+            raise SystemExit(130)
+
+    def finish(self, model, tokenizer, stopped_early: bool) -> str:
+        """RUN/final (a Hugging Face folder, the next script's --model) and the closing lines."""
+        signal.signal(signal.SIGINT, self.previous_handler)
+        if self.bar is not None:
+            self.bar.close()
+        final = os.path.join(self.args.out, "final")
+        model.save_pretrained(final + ".tmp")
+        tokenizer.save_pretrained(final + ".tmp")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(final + ".tmp", final)
+        self.log_file.close()
+        print("\n".join(closing_lines(self.args, stopped_early)))
+        return self.args.out
+
+
+def atomic_write(path: str, data) -> None:
+    """A text (str) or torch.save's state to path + ".tmp", then renamed to path: a kill leaves
+    the old file or the new one, never half of one."""
+    if isinstance(data, str):
+        with open(path + ".tmp", "w") as f:
+            f.write(data)
+    else:
+        torch.save(data, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
 def resumed_args(args, parser):
     """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
     began; flags added since take their defaults, and another script's run is refused."""
@@ -459,38 +508,14 @@ def resumed_args(args, parser):
                      f"({', '.join(foreign[:5])}): another script's run")
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
-    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
-
-
-def save_config(args) -> None:
-    """RUN/config.json: the flags, what --resume reads; written atomically."""
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "config.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(vars(args), f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
-
-
-def save_checkpoint(run: str, state: dict) -> None:
-    """RUN/checkpoint.pt, the run's whole state in one dict; atomically: a kill keeps the old."""
-    path = os.path.join(run, "checkpoint.pt")
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-def save_final(model, tokenizer, run: str) -> None:
-    """RUN/final, a Hugging Face folder (the next script's --model), replaced whole."""
-    final = os.path.join(run, "final")
-    model.save_pretrained(final + ".tmp")
-    tokenizer.save_pretrained(final + ".tmp")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(final + ".tmp", final)
+    vars(args).update(saved, resume=args.resume, out=args.resume)
+    return args
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt, the run's whole state at its last checkpoint (one dict); None where the
-    run stopped before its first one (no checkpoint, no final model: it starts again); ValueError
-    where a finished run lacks it, or it is unreadable or lacks one of `keys`."""
+    """RUN/checkpoint.pt; None where the run stopped before its first one (no checkpoint, no final
+    model: it starts again); ValueError where a finished run lacks it, or it is unreadable or
+    lacks one of `keys`."""
     path = os.path.join(run, "checkpoint.pt")
     if not os.path.exists(path):
         if os.path.exists(os.path.join(run, "final")):
@@ -520,9 +545,7 @@ def keep_metrics_until(path: str, step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-    with open(path + ".tmp", "w") as f:
-        f.writelines(kept)
-    os.replace(path + ".tmp", path)
+    atomic_write(path, "".join(kept))
 
 
 def closing_lines(args, stopped_early: bool) -> list[str]:

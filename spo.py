@@ -237,9 +237,8 @@ def spo_reward(task, problem: dict, text: str) -> float:
 
 
 def check_args(args, parser) -> tuple:
-    """Flags, files, the run folder and its checkpoint, checked before a model is loaded (bad input:
-    one line, exit 2): the task, the training pool (and the offline rows' problems), held-out sets,
-    offline rows and the checkpoint's state (None: a fresh start)."""
+    """Flags and files, checked before a model is loaded (bad input: one line, exit 2): the task,
+    the training pool (and the offline rows' problems), held-out sets and offline rows."""
     try:
         task = get_task(args.task)
         if args.top_p > 1:
@@ -260,13 +259,7 @@ def check_args(args, parser) -> tuple:
             if task.problem_key(row["problem"]) not in keys:
                 keys.add(task.problem_key(row["problem"]))
                 pool.append(row["problem"])
-        args.out = args.out or time.strftime(f"runs/spo-{args.task}-%Y%m%d-%H%M%S")
-        if not args.resume and os.path.exists(os.path.join(args.out, "metrics.jsonl")):
-            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
-                             f"{args.out} or another --out")
-        needed = {"model", "optimizer", "schedule", "rng", "step", "sampler"}  # see main()
-        state = load_checkpoint(args.out, needed) if args.resume else None
-        return task, pool, held_out, offline, state
+        return task, pool, held_out, offline
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
 
@@ -458,13 +451,11 @@ def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
 
 # ---- main(): every input checked, then the loop (saving and resuming: the run section) -----------
 def main(argv=None):
-    started = time.monotonic()
     parser, args = parse_args(argv)
-    if args.resume is not None:
-        args = resumed_args(args, parser)
+    run = Run(parser, args, keys={"model", "optimizer", "schedule", "sampler"})
     common.setup(args.seed, args.threads)
     # Every input is checked before anything long starts: bad input is one line and exit 2.
-    task, pool, held_out, offline_rows, state = check_args(args, parser)
+    task, pool, held_out, offline_rows = check_args(args, parser)
     try:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
@@ -478,9 +469,6 @@ def main(argv=None):
         if not offline and args.online_fraction < 1.0:
             raise ValueError(f"--offline-data {args.offline_data}: every row stopped unfinished "
                              f"before --max-new-tokens {args.max_new_tokens}")
-        metrics_path = os.path.join(args.out, "metrics.jsonl")
-        if os.path.exists(metrics_path):
-            keep_metrics_until(metrics_path, state["step"] if state else -1)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
@@ -489,92 +477,153 @@ def main(argv=None):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then constant
         optimizer, lambda s: min(1.0, (s + 1) / max(1, args.warmup)))
-    save_config(args)
-    start = 0
-    if state:  # exact resume: the weights, the sampler's, AdamW, lr schedule, RNGs, the step
-        model.load_state_dict(state["model"])
-        sampler.load_state_dict(state["sampler"] or state["model"])  # None: it held the policy's
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        common.set_rng_state(state["rng"])
-        start = state["step"]
-        print(f"resumed {args.out} at step {start}")
+    start = run.begin(model=model, optimizer=optimizer, schedule=schedule)  # 0, or the step saved
+    if run.state:  # the sampler's weights; None: it held the policy's
+        sampler.load_state_dict(run.state["sampler"] or run.state["model"])
     engine = common.make_engine(args.engine, sampler, tokenizer, args.model_path, seed=args.seed)
-
-    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
-    wall = time.time()
-
-    def log(step: int, row: dict) -> None:  # one JSON line
-        row = {"step": step, "time": round(time.time() - wall, 3), **row}
-        log_file.write(json.dumps(row) + "\n")
-        shown = [k for k in row if k.startswith("eval") and ("accuracy" in k or "pass@" in k)]
-        if shown:  # the progress line of an evaluation
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
-    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
-
-    def on_ctrl_c(signum, frame):
-        if stop:
-            raise KeyboardInterrupt
-        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
-    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
-    try:
-        t_q0 = time.perf_counter()
-        q0_all = q0_hat(engine, task, pool, prompts, ref_model, args, stop)  # §3.1.3, once
-        t_q0 = time.perf_counter() - t_q0
-        engine.sync(sampler)
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"spo: {n_params / 1e6:.2f}M parameters from {args.model_path} at step {start}, "
-              f"engine {engine.name}, objective {args.objective}/{args.loss}, beta={args.beta:.4f},"
-              f" {len(pool)} problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline "
-              f"rows ({cut} cut, {dropped} dropped), run {args.out}")
-        if start == 0:
-            log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": t_q0,
+    t_q0 = time.perf_counter()
+    q0_all = q0_hat(engine, task, pool, prompts, ref_model, args, run.stop)  # §3.1.3, once
+    t_q0 = time.perf_counter() - t_q0
+    engine.sync(sampler)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"spo: {n_params / 1e6:.2f}M parameters from {args.model_path} at step {start}, "
+          f"engine {engine.name}, objective {args.objective}/{args.loss}, beta={args.beta:.4f},"
+          f" {len(pool)} problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline "
+          f"rows ({cut} cut, {dropped} dropped), run {args.out}")
+    if start == 0:
+        run.log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": t_q0,
                     "offline_cut": cut, "offline_dropped": dropped})
-        bar = tqdm(total=args.steps, initial=start, desc="spo", dynamic_ncols=True)
-        deadline = started + 60 * args.time_limit if args.time_limit else float("inf")
-        done = start  # optimizer steps taken
-        for step in range(start, args.steps):
-            t0 = time.perf_counter()
-            if step % args.model_update_interval == 0:  # refresh the sampler (§3.2)
-                sampler.load_state_dict(model.state_dict())
-                engine.sync(sampler)
-            batch, temperature = draw_batch(engine, task, pool, prompts, offline, step, args)
-            t_gen = time.perf_counter() - t0
-            row = spo_step(model, ref_model, optimizer, schedule, batch, q0_all, args, step,
-                           tokenizer.pad_token_id)  # Eqs. 11-13, §3.1.2
-            done = step + 1
-            row.update(temperature=temperature, sampler_age=step % args.model_update_interval,
-                       time_generate=t_gen, time_step=time.perf_counter() - t0)
-            last = done == args.steps or time.monotonic() >= deadline
-            if done % args.eval_every == 0 or last:
-                row.update(evaluate(engine, model, sampler, task, eval_sets, args))
-            log(done, row)
-            bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", acc=f"{row['accuracy']:.2f}")
-            if done % args.save_every == 0 or last or stop:
-                lagging = done % args.model_update_interval != 0  # the sampler is not the policy
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                         "schedule": schedule.state_dict(), "rng": common.rng_state(), "step": done,
-                         "sampler": sampler.state_dict() if lagging else None}
-                save_checkpoint(args.out, state)
-            if stop:
-                bar.close()
-                print(f"interrupted at step {done}; checkpoint saved. Resume with: python "
-                      f"spo.py --resume {args.out}", file=sys.stderr)
-                raise SystemExit(130)
-            if last:
-                break
-    finally:
-        signal.signal(signal.SIGINT, previous_handler)
-    bar.close()
-    save_final(model, tokenizer, args.out)
+    done = start  # optimizer steps taken
+    for step in range(start, args.steps):
+        t0 = time.perf_counter()
+        if step % args.model_update_interval == 0:  # refresh the sampler (§3.2)
+            sampler.load_state_dict(model.state_dict())
+            engine.sync(sampler)
+        batch, temperature = draw_batch(engine, task, pool, prompts, offline, step, args)
+        t_gen = time.perf_counter() - t0
+        row = spo_step(model, ref_model, optimizer, schedule, batch, q0_all, args, step,
+                       tokenizer.pad_token_id)  # Eqs. 11-13, §3.1.2
+        done = step + 1
+        row.update(temperature=temperature, sampler_age=step % args.model_update_interval,
+                   time_generate=t_gen, time_step=time.perf_counter() - t0)
+        last = done == args.steps or run.out_of_time()
+        if done % args.eval_every == 0 or last:
+            row.update(evaluate(engine, model, sampler, task, eval_sets, args))
+        run.log(done, row)
+        lagging = done % args.model_update_interval != 0  # the sampler is not the policy
+        run.checkpoint(done, due=done % args.save_every == 0 or last,
+                       sampler=sampler.state_dict() if lagging else None)
+        if last:
+            break
     engine.close()
-    log_file.close()
-    print("\n".join(closing_lines(args, stopped_early=done < args.steps)))
-    return args.out
+    return run.finish(model, tokenizer, stopped_early=done < args.steps)
 
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
+class Run:
+    """The run folder: config.json (the flags), checkpoint.pt (the whole state, one dict),
+    metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
+
+    def __init__(self, parser, args, keys: set):
+        """--resume's flags, the run folder, its checkpoint (`keys`: what it must hold besides the
+        RNGs and the step; None: start at 0) and its metrics after that step dropped. Bad input:
+        one line and exit 2, before a model is loaded."""
+        self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
+        if args.resume is not None:
+            resumed_args(args, parser)
+        self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
+        args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
+        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        try:
+            if not args.resume and os.path.exists(self.metrics):
+                raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                                 f"{args.out} or another --out")
+            self.state = load_checkpoint(args.out, keys | {"rng", "step"}) if args.resume else None
+            if os.path.exists(self.metrics):
+                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
+        except ValueError as e:
+            parser.error(str(e))
+
+    def begin(self, **objects) -> int:
+        """Write config.json; on --resume load the checkpoint into `objects` (by name: the model,
+        AdamW, ...) and every RNG. Ctrl-C now stops after the step. Returns the step to start at."""
+        os.makedirs(self.args.out, exist_ok=True)
+        atomic_write(os.path.join(self.args.out, "config.json"),
+                     json.dumps(vars(self.args), indent=2, default=str))
+        self.objects, self.wall, step = objects, time.time(), 0
+        if self.state:
+            for name, obj in objects.items():
+                obj.load_state_dict(self.state[name])
+            common.set_rng_state(self.state["rng"])
+            step = self.state["step"]
+            print(f"resumed {self.args.out} at step {step}")
+        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
+        self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
+        return step
+
+    def on_ctrl_c(self, signum, frame):
+        if self.stop:  # the second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr)
+        self.stop.append(signum)
+
+    def out_of_time(self) -> bool:
+        """--time-limit has passed: the loop evaluates, saves and stops."""
+        return time.monotonic() >= self.deadline
+
+    def log(self, step: int, row: dict) -> None:
+        """One row of metrics.jsonl; the progress bar; the held-out accuracies when evaluated."""
+        row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        self.log_file.write(json.dumps(row) + "\n")
+        if step > 0:
+            if self.bar is None:
+                self.bar = tqdm(total=getattr(self.args, "steps", None), initial=step - 1,
+                                desc=self.script[:-3], dynamic_ncols=True)
+            self.bar.update(1)
+            self.bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "reward") if k in row})
+        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        if shown:
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+
+    def checkpoint(self, step: int, due: bool, **extra) -> None:
+        """RUN/checkpoint.pt when due or after a Ctrl-C (then say how to resume and exit 130): the
+        objects begin() was given, every RNG, the step and `extra`, written atomically."""
+        if due or self.stop:
+            state = {name: obj.state_dict() for name, obj in self.objects.items()}
+            state.update(rng=common.rng_state(), step=step, **extra)
+            atomic_write(os.path.join(self.args.out, "checkpoint.pt"), state)
+        if self.stop:
+            signal.signal(signal.SIGINT, self.previous_handler)
+            print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
+                  f"{self.script} --resume {self.args.out}", file=sys.stderr)
+            raise SystemExit(130)
+
+    def finish(self, model, tokenizer, stopped_early: bool) -> str:
+        """RUN/final (a Hugging Face folder, the next script's --model) and the closing lines."""
+        signal.signal(signal.SIGINT, self.previous_handler)
+        if self.bar is not None:
+            self.bar.close()
+        final = os.path.join(self.args.out, "final")
+        model.save_pretrained(final + ".tmp")
+        tokenizer.save_pretrained(final + ".tmp")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(final + ".tmp", final)
+        self.log_file.close()
+        print("\n".join(closing_lines(self.args, stopped_early)))
+        return self.args.out
+
+
+def atomic_write(path: str, data) -> None:
+    """A text (str) or torch.save's state to path + ".tmp", then renamed to path: a kill leaves
+    the old file or the new one, never half of one."""
+    if isinstance(data, str):
+        with open(path + ".tmp", "w") as f:
+            f.write(data)
+    else:
+        torch.save(data, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
 def resumed_args(args, parser):
     """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
     began; flags added since take their defaults, and another script's run is refused."""
@@ -592,38 +641,14 @@ def resumed_args(args, parser):
                      f"({', '.join(foreign[:5])}): another script's run")
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
-    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
-
-
-def save_config(args) -> None:
-    """RUN/config.json: the flags, what --resume reads; written atomically."""
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "config.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(vars(args), f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
-
-
-def save_checkpoint(run: str, state: dict) -> None:
-    """RUN/checkpoint.pt, the run's whole state in one dict; atomically: a kill keeps the old."""
-    path = os.path.join(run, "checkpoint.pt")
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-def save_final(model, tokenizer, run: str) -> None:
-    """RUN/final, a Hugging Face folder (the next script's --model), replaced whole."""
-    final = os.path.join(run, "final")
-    model.save_pretrained(final + ".tmp")
-    tokenizer.save_pretrained(final + ".tmp")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(final + ".tmp", final)
+    vars(args).update(saved, resume=args.resume, out=args.resume)
+    return args
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt, the run's whole state at its last checkpoint (one dict); None where the
-    run stopped before its first one (no checkpoint, no final model: it starts again); ValueError
-    where a finished run lacks it, or it is unreadable or lacks one of `keys`."""
+    """RUN/checkpoint.pt; None where the run stopped before its first one (no checkpoint, no final
+    model: it starts again); ValueError where a finished run lacks it, or it is unreadable or
+    lacks one of `keys`."""
     path = os.path.join(run, "checkpoint.pt")
     if not os.path.exists(path):
         if os.path.exists(os.path.join(run, "final")):
@@ -653,9 +678,7 @@ def keep_metrics_until(path: str, step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-    with open(path + ".tmp", "w") as f:
-        f.writelines(kept)
-    os.replace(path + ".tmp", path)
+    atomic_write(path, "".join(kept))
 
 
 def closing_lines(args, stopped_early: bool) -> list[str]:

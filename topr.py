@@ -287,6 +287,24 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
     return rows
 
 
+def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> list[dict]:
+    """Algorithm 1's sampling: --n completions of --prompts prompts from mu = pi_{it-1} (the
+    current weights), seeded by the iteration alone, written to RUN/data-IT.jsonl."""
+    t0 = time.perf_counter()
+    model.eval()
+    engine.sync(model)
+    torch.manual_seed(args.seed * 1009 + it)
+    idx = np.random.default_rng([args.seed, it]).choice(
+        len(pool), min(args.prompts, len(pool)), replace=False)
+    variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
+    rows = generate_rows(engine, task, [pool[i] for i in idx], [prompts[i] for i in idx],
+                         tokenizer, args, it, variant)
+    write_jsonl(os.path.join(args.out, f"data-{it}.jsonl"), rows)
+    tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
+               f"{time.perf_counter() - t0:.1f}s")
+    return rows
+
+
 def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list[dict]:
     """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids` and
     `completion_ids` are used when present (else the prompt is rebuilt and the text tokenized, EOS
@@ -453,10 +471,8 @@ def evaluate(engine, model, task, eval_sets, args) -> dict:
 
 # ---- main(): every input checked, then Algorithm 1's loops (saves: the run section) --------------
 def main(argv=None):
-    started = time.monotonic()
     parser, args = parse_args(argv)
-    if args.resume is not None:
-        args = resumed_args(args, parser)
+    run = Run(parser, args, keys={"model", "optimizer", "next"})  # --resume, folder, checkpoint
     common.setup(args.seed, args.threads)
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
@@ -476,27 +492,19 @@ def main(argv=None):
         pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
-        args.out = args.out or time.strftime(f"runs/topr-{args.task}-%Y%m%d-%H%M%S")
-        metrics_path = os.path.join(args.out, "metrics.jsonl")
-        if not args.resume and os.path.exists(metrics_path):
-            raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
-                             f"{args.out} or another --out")
-        needed = {"model", "optimizer", "rng", "step", "next"}  # see the loop's save
-        state = load_checkpoint(args.out, needed) if args.resume else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         style = common.prompt_style(model, tokenizer)
-        # samples on hand, by iteration: --data for the first, and the data file of the iteration
-        # a resumed run stopped in (written whole or not at all: write_jsonl)
+        # where the loops start: the next step's iteration, epoch and minibatch (0s: a fresh run)
+        it0, epoch0, batch0 = run.state["next"] if run.state else (0, 0, 0)
+        # samples on hand, by iteration: --data for the first; the file of the iteration a
+        # resumed run stopped in (written whole or not at all: write_jsonl)
         data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
-        resume_it = state["next"][0] if state else 0
-        own = os.path.join(args.out, f"data-{resume_it}.jsonl")
-        if state and resume_it not in data and os.path.exists(own):
-            data[resume_it] = read_rows(own, task, tokenizer, style)
-        if os.path.exists(metrics_path):
-            keep_metrics_until(metrics_path, state["step"] if state else -1)
+        own = os.path.join(args.out, f"data-{it0}.jsonl")
+        if run.state and it0 not in data and os.path.exists(own):
+            data[it0] = read_rows(own, task, tokenizer, style)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     # --data without LP_mu: mu is the start model at T = 1, as loaded (not a checkpoint's weights)
@@ -506,108 +514,155 @@ def main(argv=None):
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
                  for n, ps in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    save_config(args)
-    start_it, start_epoch, start_batch, step = 0, 0, 0, 0  # the next step's place; steps done
-    if state:  # exact resume: the weights, AdamW's moments, every random stream, the position
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        common.set_rng_state(state["rng"])
-        (start_it, start_epoch, start_batch), step = state["next"], state["step"]
-        print(f"resumed {args.out} at step {step}")
+    step = run.begin(model=model, optimizer=optimizer)  # steps taken: 0, or the checkpoint's
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     engine.sync(model)
     print(f"topr: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
           f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
           f"c={args.c:g}, split={args.split:g}, run {args.out}")
-
-    log_file = open(metrics_path, "a", buffering=1)  # line-buffered: a kill tears at most a row
-    wall = time.time()
-
-    def log(step: int, row: dict) -> None:  # one JSON line
-        row = {"step": step, "time": round(time.time() - wall, 3), **row}
-        log_file.write(json.dumps(row) + "\n")
-        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
-        if shown:  # the progress line of an evaluation
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
     if step == 0:
-        log(0, evaluate(engine, model, task, eval_sets, args))
-    deadline = started + 60 * args.time_limit if args.time_limit else math.inf
-    stop = []  # Ctrl-C: finish this step, save, say how to resume; a second Ctrl-C stops at once
-
-    def on_ctrl_c(signum, frame):
-        if stop:
-            raise KeyboardInterrupt
-        stop.append(print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr))
-    previous_handler = signal.signal(signal.SIGINT, on_ctrl_c)
-    out_of_time = False
-    try:
-        for it in range(start_it, args.iterations):  # Algorithm 1
-            # 1. samples from mu = pi_{it-1}: on hand, or drawn (seeded by the iteration only)
-            # and written to RUN/data-IT.jsonl
-            rows = data.pop(it, None)
-            if rows is None:
-                t0 = time.perf_counter()
-                model.eval()
-                engine.sync(model)
-                torch.manual_seed(args.seed * 1009 + it)
-                idx = np.random.default_rng([args.seed, it]).choice(
-                    len(pool), min(args.prompts, len(pool)), replace=False)
-                variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
-                rows = generate_rows(engine, task, [pool[i] for i in idx],
-                                     [prompts[i] for i in idx], tokenizer, args, it, variant)
-                write_jsonl(os.path.join(args.out, f"data-{it}.jsonl"), rows)
-                tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
-                           f"{time.perf_counter() - t0:.1f}s")
-            data_it = select(rows, args.sampling, args.keep,  # 2. the selection
-                             np.random.default_rng([args.seed, it, 1]))
-            for epoch in range(start_epoch if it == start_it else 0, args.epochs):
-                resumed = (it, epoch) == (start_it, start_epoch) and start_batch > 0
-                rewards, neg = epoch_rewards(data_it, it, epoch, task, args, show=not resumed)
-                order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data_it))
-                batches = [order[s:s + args.batch_size]
-                           for s in range(0, len(order), args.batch_size)]
-                for b in range(start_batch if resumed else 0, len(batches)):  # 3. the updates
-                    t0, idx = time.perf_counter(), batches[b]
-                    row = topr_step(model, optimizer, [data_it[i] for i in idx],
-                                    [rewards[i] for i in idx], args, tokenizer.pad_token_id,
-                                    step + 1)
-                    row.update(iteration=it, epoch=epoch, negative_share=neg,
-                               time_step=time.perf_counter() - t0)
-                    step += 1
-                    # where the next step stands: this epoch, the next one, or the next iteration
-                    epoch_done = b + 1 == len(batches)
-                    iteration_done = epoch_done and epoch + 1 == args.epochs
-                    at = ((it + 1, 0, 0) if iteration_done else (it, epoch + 1, 0) if epoch_done
-                          else (it, epoch, b + 1))
-                    out_of_time = time.monotonic() >= deadline
-                    if (args.eval_every and step % args.eval_every == 0) or out_of_time \
-                            or iteration_done:
-                        row.update(evaluate(engine, model, task, eval_sets, args))
-                    log(step, row)
-                    if step % args.save_every == 0 or epoch_done or out_of_time or stop:
-                        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                 "rng": common.rng_state(), "step": step, "next": at}
-                        save_checkpoint(args.out, state)
-                    if stop:
-                        print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
-                              f"topr.py --resume {args.out}", file=sys.stderr)
-                        raise SystemExit(130)
-                    if out_of_time:
-                        break
+        run.log(0, evaluate(engine, model, task, eval_sets, args))
+    for it in range(it0, args.iterations):  # Algorithm 1
+        rows = data.pop(it, None)  # 1. samples from mu = pi_{it-1}: on hand, or drawn now
+        if rows is None:
+            rows = sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it)
+        data_it = select(rows, args.sampling, args.keep,  # 2. the selection
+                         np.random.default_rng([args.seed, it, 1]))
+        for epoch in range(epoch0, args.epochs):
+            rewards, neg = epoch_rewards(data_it, it, epoch, task, args, show=batch0 == 0)
+            order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data_it))
+            batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
+            for b in range(batch0, len(batches)):  # 3. the updates, at a constant lr
+                t0, idx = time.perf_counter(), batches[b]
+                row = topr_step(model, optimizer, [data_it[i] for i in idx],
+                                [rewards[i] for i in idx], args, tokenizer.pad_token_id, step + 1)
+                step += 1
+                row.update(iteration=it, epoch=epoch, negative_share=neg,
+                           time_step=time.perf_counter() - t0)
+                epoch_done = b + 1 == len(batches)
+                iteration_done = epoch_done and epoch + 1 == args.epochs
+                out_of_time = run.out_of_time()
+                if (args.eval_every and step % args.eval_every == 0) or out_of_time \
+                        or iteration_done:
+                    row.update(evaluate(engine, model, task, eval_sets, args))
+                run.log(step, row)
+                run.checkpoint(step, due=step % args.save_every == 0 or epoch_done or out_of_time,
+                               next=(it, epoch, b + 1))  # where the next step stands
                 if out_of_time:
-                    break
-            if out_of_time:
-                break
-    finally:
-        signal.signal(signal.SIGINT, previous_handler)
-    save_final(model, tokenizer, args.out)
+                    engine.close()
+                    finished = iteration_done and it + 1 == args.iterations
+                    return run.finish(model, tokenizer, stopped_early=not finished)
+            batch0 = 0
+        epoch0 = 0
     engine.close()
-    log_file.close()
-    print("\n".join(closing_lines(args, stopped_early=out_of_time and at[0] < args.iterations)))
-    return args.out
+    return run.finish(model, tokenizer, stopped_early=False)
 
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
+class Run:
+    """The run folder: config.json (the flags), checkpoint.pt (the whole state, one dict),
+    metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
+
+    def __init__(self, parser, args, keys: set):
+        """--resume's flags, the run folder, its checkpoint (`keys`: what it must hold besides the
+        RNGs and the step; None: start at 0) and its metrics after that step dropped. Bad input:
+        one line and exit 2, before a model is loaded."""
+        self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
+        if args.resume is not None:
+            resumed_args(args, parser)
+        self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
+        args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
+        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        try:
+            if not args.resume and os.path.exists(self.metrics):
+                raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
+                                 f"{args.out} or another --out")
+            self.state = load_checkpoint(args.out, keys | {"rng", "step"}) if args.resume else None
+            if os.path.exists(self.metrics):
+                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
+        except ValueError as e:
+            parser.error(str(e))
+
+    def begin(self, **objects) -> int:
+        """Write config.json; on --resume load the checkpoint into `objects` (by name: the model,
+        AdamW, ...) and every RNG. Ctrl-C now stops after the step. Returns the step to start at."""
+        os.makedirs(self.args.out, exist_ok=True)
+        atomic_write(os.path.join(self.args.out, "config.json"),
+                     json.dumps(vars(self.args), indent=2, default=str))
+        self.objects, self.wall, step = objects, time.time(), 0
+        if self.state:
+            for name, obj in objects.items():
+                obj.load_state_dict(self.state[name])
+            common.set_rng_state(self.state["rng"])
+            step = self.state["step"]
+            print(f"resumed {self.args.out} at step {step}")
+        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
+        self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
+        return step
+
+    def on_ctrl_c(self, signum, frame):
+        if self.stop:  # the second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr)
+        self.stop.append(signum)
+
+    def out_of_time(self) -> bool:
+        """--time-limit has passed: the loop evaluates, saves and stops."""
+        return time.monotonic() >= self.deadline
+
+    def log(self, step: int, row: dict) -> None:
+        """One row of metrics.jsonl; the progress bar; the held-out accuracies when evaluated."""
+        row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        self.log_file.write(json.dumps(row) + "\n")
+        if step > 0:
+            if self.bar is None:
+                self.bar = tqdm(total=getattr(self.args, "steps", None), initial=step - 1,
+                                desc=self.script[:-3], dynamic_ncols=True)
+            self.bar.update(1)
+            self.bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "reward") if k in row})
+        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        if shown:
+            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+
+    def checkpoint(self, step: int, due: bool, **extra) -> None:
+        """RUN/checkpoint.pt when due or after a Ctrl-C (then say how to resume and exit 130): the
+        objects begin() was given, every RNG, the step and `extra`, written atomically."""
+        if due or self.stop:
+            state = {name: obj.state_dict() for name, obj in self.objects.items()}
+            state.update(rng=common.rng_state(), step=step, **extra)
+            atomic_write(os.path.join(self.args.out, "checkpoint.pt"), state)
+        if self.stop:
+            signal.signal(signal.SIGINT, self.previous_handler)
+            print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
+                  f"{self.script} --resume {self.args.out}", file=sys.stderr)
+            raise SystemExit(130)
+
+    def finish(self, model, tokenizer, stopped_early: bool) -> str:
+        """RUN/final (a Hugging Face folder, the next script's --model) and the closing lines."""
+        signal.signal(signal.SIGINT, self.previous_handler)
+        if self.bar is not None:
+            self.bar.close()
+        final = os.path.join(self.args.out, "final")
+        model.save_pretrained(final + ".tmp")
+        tokenizer.save_pretrained(final + ".tmp")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(final + ".tmp", final)
+        self.log_file.close()
+        print("\n".join(closing_lines(self.args, stopped_early)))
+        return self.args.out
+
+
+def atomic_write(path: str, data) -> None:
+    """A text (str) or torch.save's state to path + ".tmp", then renamed to path: a kill leaves
+    the old file or the new one, never half of one."""
+    if isinstance(data, str):
+        with open(path + ".tmp", "w") as f:
+            f.write(data)
+    else:
+        torch.save(data, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
 def resumed_args(args, parser):
     """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
     began; flags added since take their defaults, and another script's run is refused."""
@@ -625,38 +680,14 @@ def resumed_args(args, parser):
                      f"({', '.join(foreign[:5])}): another script's run")
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
-    return argparse.Namespace(**{**vars(args), **saved, "resume": args.resume, "out": args.resume})
-
-
-def save_config(args) -> None:
-    """RUN/config.json: the flags, what --resume reads; written atomically."""
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "config.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(vars(args), f, indent=2, default=str)
-    os.replace(path + ".tmp", path)
-
-
-def save_checkpoint(run: str, state: dict) -> None:
-    """RUN/checkpoint.pt, the run's whole state in one dict; atomically: a kill keeps the old."""
-    path = os.path.join(run, "checkpoint.pt")
-    torch.save(state, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-def save_final(model, tokenizer, run: str) -> None:
-    """RUN/final, a Hugging Face folder (the next script's --model), replaced whole."""
-    final = os.path.join(run, "final")
-    model.save_pretrained(final + ".tmp")
-    tokenizer.save_pretrained(final + ".tmp")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(final + ".tmp", final)
+    vars(args).update(saved, resume=args.resume, out=args.resume)
+    return args
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt, the run's whole state at its last checkpoint (one dict); None where the
-    run stopped before its first one (no checkpoint, no final model: it starts again); ValueError
-    where a finished run lacks it, or it is unreadable or lacks one of `keys`."""
+    """RUN/checkpoint.pt; None where the run stopped before its first one (no checkpoint, no final
+    model: it starts again); ValueError where a finished run lacks it, or it is unreadable or
+    lacks one of `keys`."""
     path = os.path.join(run, "checkpoint.pt")
     if not os.path.exists(path):
         if os.path.exists(os.path.join(run, "final")):
@@ -686,9 +717,7 @@ def keep_metrics_until(path: str, step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-    with open(path + ".tmp", "w") as f:
-        f.writelines(kept)
-    os.replace(path + ".tmp", path)
+    atomic_write(path, "".join(kept))
 
 
 def closing_lines(args, stopped_early: bool) -> list[str]:

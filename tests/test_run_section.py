@@ -16,14 +16,25 @@ import topr
 SCRIPTS = {"sft": sft, "rloo": rloo, "topr": topr, "agro": agro, "spo": spo}
 
 
-RUN_SECTION = ["resumed_args", "save_config", "save_checkpoint", "save_final", "load_checkpoint",
-               "keep_metrics_until", "closing_lines"]
+RUN_SECTION = ["Run", "atomic_write", "resumed_args", "load_checkpoint", "keep_metrics_until",
+               "closing_lines"]
 
 
 @pytest.mark.parametrize("function", RUN_SECTION)
 def test_the_run_section_is_the_same_code_in_all_five_scripts(function):
     sources = {name: inspect.getsource(getattr(m, function)) for name, m in SCRIPTS.items()}
     assert len(set(sources.values())) == 1, f"{function} differs between scripts"
+
+
+def test_the_run_section_is_one_block_at_the_end_of_each_script():
+    """From its header to `if __name__`, the same text in all five: nothing else sits in it."""
+    blocks = {}
+    for name, module in SCRIPTS.items():
+        text = inspect.getsource(module)
+        blocks[name] = text[text.index("# ---- Run section"):text.index('if __name__ ==')]
+    assert len(set(blocks.values())) == 1, "the run sections differ"
+    assert all(f"\ndef {f}(" in blocks["sft"] or f"\nclass {f}:" in blocks["sft"]
+               for f in RUN_SECTION)
 
 
 ROWS = [  # a run's metrics.jsonl: a start evaluation, a training row, a greedy-only one, the end
