@@ -305,6 +305,16 @@ def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
     return rows
 
 
+def sample_reference(engine, ref_model, pool, prompts, args, path: str) -> None:
+    """mu = pi_ref (§8.2): --n completions of --offline-prompts prompts into `path`, seeded."""
+    idx = np.random.default_rng([args.seed, 99]).choice(
+        len(pool), min(args.offline_prompts, len(pool)), replace=False)
+    print(f"sampling {len(idx)} prompts x {args.n} from the reference into {path}", flush=True)
+    engine.sync(ref_model)
+    sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    write_offline(path, [pool[i] for i in idx], engine.generate([prompts[i] for i in idx], sc))
+
+
 def offline_groups(rows, task, reward, tokenizer, style) -> list[Group]:
     """Offline rows re-tokenised (EOS appended unless "finished" says the completion was cut)."""
     eos = [tokenizer.eos_token_id]
@@ -488,15 +498,7 @@ def main(argv=None):
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     if n_online < args.prompts and offline is None:  # mu = pi_ref (§8.2), drawn once
         if not os.path.exists(samples_path):  # seeded: a run killed here draws them again
-            idx = np.random.default_rng([args.seed, 99]).choice(
-                len(pool), min(args.offline_prompts, len(pool)), replace=False)
-            print(f"sampling {len(idx)} prompts x {args.n} from the reference into "
-                  f"{samples_path}", flush=True)
-            engine.sync(ref_model)
-            sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens,
-                                       seed=args.seed)
-            write_offline(samples_path, [pool[i] for i in idx],
-                          engine.generate([prompts[i] for i in idx], sc))
+            sample_reference(engine, ref_model, pool, prompts, args, samples_path)
         rows = read_offline(samples_path, task, args.n)  # a resumed run sees the same tokens
         offline = offline_groups(rows, task, args.reward, tokenizer, style)
     engine.sync(model)  # the policy's weights (resumed, if so)
@@ -532,28 +534,27 @@ class Run:
     metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
 
     def __init__(self, parser, args, keys: set):
-        """--resume's flags, the run folder, its checkpoint (`keys`: what it must hold besides the
-        RNGs and the step; None: start at 0) and its metrics after that step dropped. Bad input:
-        one line and exit 2, before a model is loaded."""
+        """--resume's flags, the run folder, its checkpoint (holding `keys`; None: start at 0) and
+        its metrics after that step dropped. Bad input: one line, exit 2, before a model loads."""
         self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
         if args.resume is not None:
             resumed_args(args, parser)
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
         args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
-        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        self.metrics, self.state = os.path.join(args.out, "metrics.jsonl"), None
         try:
-            if not args.resume and os.path.exists(self.metrics):
+            if args.resume:
+                self.state = load_checkpoint(args.out, keys | {"rng", "step"})
+                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
+            elif os.path.exists(self.metrics):
                 raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
                                  f"{args.out} or another --out")
-            self.state = load_checkpoint(args.out, keys | {"rng", "step"}) if args.resume else None
-            if os.path.exists(self.metrics):
-                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
         except ValueError as e:
             parser.error(str(e))
 
     def begin(self, **objects) -> int:
-        """Write config.json; on --resume load the checkpoint into `objects` (by name: the model,
-        AdamW, ...) and every RNG. Ctrl-C now stops after the step. Returns the step to start at."""
+        """Write config.json; on --resume load `objects` (the model, AdamW, ...: the checkpoint's
+        keys) and every RNG. Ctrl-C now stops after a step. Returns the step to start at."""
         os.makedirs(self.args.out, exist_ok=True)
         atomic_write(os.path.join(self.args.out, "config.json"),
                      json.dumps(vars(self.args), indent=2, default=str))
@@ -575,11 +576,10 @@ class Run:
         self.stop.append(signum)
 
     def out_of_time(self) -> bool:
-        """--time-limit has passed: the loop evaluates, saves and stops."""
         return time.monotonic() >= self.deadline
 
     def log(self, step: int, row: dict) -> None:
-        """One row of metrics.jsonl; the progress bar; the held-out accuracies when evaluated."""
+        """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
         self.log_file.write(json.dumps(row) + "\n")
         if step > 0:
@@ -593,23 +593,26 @@ class Run:
             tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
 
     def checkpoint(self, step: int, due: bool, **extra) -> None:
-        """RUN/checkpoint.pt when due or after a Ctrl-C (then say how to resume and exit 130): the
-        objects begin() was given, every RNG, the step and `extra`, written atomically."""
+        """When due or after Ctrl-C (then exit 130, saying how to resume): checkpoint.pt, holding
+        the objects given to begin(), every RNG, the step and `extra`."""
         if due or self.stop:
             state = {name: obj.state_dict() for name, obj in self.objects.items()}
-            state.update(rng=common.rng_state(), step=step, **extra)
-            atomic_write(os.path.join(self.args.out, "checkpoint.pt"), state)
+            atomic_write(os.path.join(self.args.out, "checkpoint.pt"),
+                         {**state, "rng": common.rng_state(), "step": step, **extra})
         if self.stop:
-            signal.signal(signal.SIGINT, self.previous_handler)
+            self.close()
             print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
                   f"{self.script} --resume {self.args.out}", file=sys.stderr)
             raise SystemExit(130)
 
-    def finish(self, model, tokenizer, stopped_early: bool) -> str:
-        """RUN/final (a Hugging Face folder, the next script's --model) and the closing lines."""
+    def close(self) -> None:  # the progress bar, and Ctrl-C's usual handler back
         signal.signal(signal.SIGINT, self.previous_handler)
         if self.bar is not None:
             self.bar.close()
+
+    def finish(self, model, tokenizer, stopped_early: bool) -> str:
+        """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
+        self.close()
         final = os.path.join(self.args.out, "final")
         model.save_pretrained(final + ".tmp")
         tokenizer.save_pretrained(final + ".tmp")
@@ -621,8 +624,7 @@ class Run:
 
 
 def atomic_write(path: str, data) -> None:
-    """A text (str) or torch.save's state to path + ".tmp", then renamed to path: a kill leaves
-    the old file or the new one, never half of one."""
+    """Text, or torch.save's state, to path.tmp renamed: a kill leaves the old file or the new."""
     if isinstance(data, str):
         with open(path + ".tmp", "w") as f:
             f.write(data)
@@ -632,9 +634,8 @@ def atomic_write(path: str, data) -> None:
 
 
 def resumed_args(args, parser):
-    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
-    began; flags added since take their defaults, and another script's run is refused."""
-    script = os.path.basename(__file__)
+    """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
+    since take their defaults; another script's run is refused."""
     try:
         with open(os.path.join(args.resume, "config.json")) as f:
             saved = json.load(f)
@@ -644,8 +645,8 @@ def resumed_args(args, parser):
         parser.error(f"--resume {args.resume}: no readable config.json there")
     foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
     if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags {script} does not know "
-                     f"({', '.join(foreign[:5])}): another script's run")
+        parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"
+                     f" does not know ({', '.join(foreign[:5])}): another script's run")
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
     vars(args).update(saved, resume=args.resume, out=args.resume)
@@ -653,9 +654,8 @@ def resumed_args(args, parser):
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt; None where the run stopped before its first one (no checkpoint, no final
-    model: it starts again); ValueError where a finished run lacks it, or it is unreadable or
-    lacks one of `keys`."""
+    """RUN/checkpoint.pt; None if the run stopped before its first (no final model either: it
+    starts again); ValueError if a finished run lacks it, or it is unreadable or lacks a key."""
     path = os.path.join(run, "checkpoint.pt")
     if not os.path.exists(path):
         if os.path.exists(os.path.join(run, "final")):
@@ -674,8 +674,10 @@ def load_checkpoint(run: str, keys: set) -> dict | None:
 
 
 def keep_metrics_until(path: str, step: int) -> None:
-    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
-    torn by a kill mid-write; any other damaged line is a ValueError naming it."""
+    """Drop the rows a resumed run logs again (after its checkpoint's step) and a last line torn by
+    a kill mid-write; any other damaged line is a ValueError naming it."""
+    if not os.path.exists(path):  # killed before its first row
+        return
     with open(path) as f:  # a torn line is the last, the only one without its "\n"
         lines = [line for line in f if line.endswith("\n")]
     kept = []
@@ -691,17 +693,14 @@ def keep_metrics_until(path: str, step: int) -> None:
 def closing_lines(args, stopped_early: bool) -> list[str]:
     """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
     evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
     first, last = {}, {}  # "eval3/greedy/accuracy" -> (step, accuracy) at its first and last row
-    for row in rows:
-        for key, value in row.items():
-            if key.startswith("eval") and key.endswith("/accuracy"):
-                first.setdefault(key, (row["step"], value))
-                last[key] = (row["step"], value)
-    steps = (min([s for s, _ in first.values()], default=0),
-             max([s for s, _ in last.values()], default=0))
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:
+        for row in map(json.loads, f):
+            for key in [k for k in row if k.startswith("eval") and k.endswith("/accuracy")]:
+                first.setdefault(key, (row["step"], row[key]))
+                last[key] = (row["step"], row[key])
     script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    steps = min([s for s, _ in first.values()] or [0]), max([s for s, _ in last.values()] or [0])
     lines = [f"{script} done. Held-out accuracy (%), step {steps[0]} -> step {steps[1]}:"]
     for size in dict.fromkeys(key.split("/")[0][len("eval"):] for key in first):
         cells = []
@@ -713,9 +712,8 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
     lines.append(f"run folder: {args.out} (final model: {final})")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
-    lines.append("next: python " + ("topr.py" if script == "sft.py" else script)
-                 + f" --task {args.task} --model {final}")
-    return lines
+    nxt = "topr.py" if script == "sft.py" else script
+    return lines + [f"next: python {nxt} --task {args.task} --model {final}"]
 
 
 if __name__ == "__main__":

@@ -73,6 +73,106 @@ REPORT_SETTING = {"iterations": 1, "prompts": 1000, "n": 1, "epochs": 2, "batch_
                   "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4}
 
 
+# ---- Flags ---------------------------------------------------------------------------------------
+def reward_choices(task) -> list[str]:
+    """--reward's choices: pm1, the task's variants, and A+B where it has A and B."""
+    variants = [PM1, *task.REWARD_VARIANTS]
+    return variants + ["A+B"] * ({"A", "B"} <= set(variants))
+
+
+def task_rewards(argv) -> str:
+    """The rewards of the --task in argv, for --help: read before the whole parse."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--task", default="countdown")
+    try:
+        names = ", ".join(reward_choices(get_task(pre.parse_known_args(argv)[0].task))[1:])
+        return names.replace("A+B", "A+B (A for the first half of all epochs, then B)")
+    except ValueError:  # an unknown task: main() says so in one line
+        return "the task's variants"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = p.add_argument
+    # the data (Algorithm 1, first lines)
+    add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
+    add("--iterations", type=common.positive_int, default=6,
+        help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
+    add("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
+    add("--n", type=common.positive_int, default=8, help="completions per prompt")
+    add("--temperature", type=common.positive_float, default=1.0,
+        help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
+    add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
+    add("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
+        help="which samples an iteration keeps (select)")
+    add("--keep", type=common.nonnegative_int, default=0,
+        help="samples an iteration keeps after selection (0: all it selects)")
+    # the loss
+    add("--loss", choices=list(LIMITS), default="topr",
+        help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
+    add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise) or one of --task's rewards: "
+        + task_rewards(argv))
+    add("--c", type=common.finite_float, default=None, help="baseline, trained on R - c (Eqs. "
+        "9-10): -0.8 with pm1 (-0.9 ended level with it), 0 with the task's rewards ([CR] Eq. 4)")
+    add("--split", type=float, choices=[0.0, 1.0], default=None,
+        help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
+    add("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
+        help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
+    add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
+    add("--batch-size", type=common.positive_int, default=64, help="samples an optimizer step")
+    add("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant ([TOPR]): the "
+        "best of 1e-4, 5e-5, 3e-5 on the tiny model (docs/RESULTS-topr-report.md)")
+    add("--report-variant", choices=["original", "A", "A+B"], default=None,
+        help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
+    add("--micro-batch", type=common.positive_int, default=64,
+        help="samples a forward/backward pass: memory only")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
+        "AdamW state, log-softmax fp32): about half a GPU step's memory")
+    add("--grad-checkpoint", action="store_true",
+        help="recompute each layer's activations in backward: far less memory")
+    # the problems, the model, generation and evaluation
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default=None, help="start model, the first mu: a folder, a hub id, or `sft` "
+        "(the newest sft.py run of --task); default: that run, trained first with sft.py's "
+        "defaults where there is none")
+    add("--problems", type=problems_source, default=None,
+        help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--sizes", type=common.int_list, default=None, help="difficulty levels trained on "
+        "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
+    add("--max-new-tokens", type=common.positive_int, default=64,
+        help="completion budget in tokens, EOS included")
+    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None,
+        help="held-out difficulty levels; default: the task's SIZES")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
+    add("--eval-every", type=common.nonnegative_int, default=0,
+        help="also evaluate every N steps (0: after each iteration only)")
+    # the run
+    add("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
+    add("--save-every", type=common.positive_int, default=100,
+        help="checkpoint every N steps (and after every epoch)")
+    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop training MIN minutes after the start (then evaluate and save)")
+    add("--seed", type=common.nonnegative_int, default=0,
+        help="seeds the run: its problems, batches and samples")
+    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    args = p.parse_args(argv)
+    if args.report_variant:  # the report's setting becomes the defaults
+        p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
+        if args.report_variant == "A+B":  # variant_at: A in the first round, B in the second
+            p.set_defaults(iterations=2)
+        args = p.parse_args(argv)
+    c, split = default_baseline(args.reward)  # the reward's baseline and split, unless given
+    p.set_defaults(c=c, split=split)
+    return p, p.parse_args(argv)
+
+
 # ---- The loss: pure functions of tensors ---------------------------------------------------------
 def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
                     a_neg: float, b_neg: float) -> torch.Tensor:
@@ -164,89 +264,6 @@ def default_baseline(reward: str) -> tuple[float, float]:
 def negative_share(rewards, c: float, split: float) -> float:
     """Share of samples in T- (R - c < split): those that get the truncated ratio [pi/mu]_a-^b-."""
     return float(np.mean(np.asarray(rewards, dtype=float) - c < split))
-
-
-# ---- Flags ---------------------------------------------------------------------------------------
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument
-    # the data (Algorithm 1, first lines)
-    add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
-    add("--iterations", type=common.positive_int, default=6,
-        help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
-    add("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
-    add("--n", type=common.positive_int, default=8, help="completions per prompt")
-    add("--temperature", type=common.positive_float, default=1.0,
-        help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
-    add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
-    add("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
-        help="which samples an iteration keeps (select)")
-    add("--keep", type=common.nonnegative_int, default=0,
-        help="samples an iteration keeps after selection (0: all it selects)")
-    # the loss
-    add("--loss", choices=list(LIMITS), default="topr",
-        help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
-    add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise), a task variant (original, "
-        "A, B), or A+B (A for the first half of all epochs, then B)")
-    add("--c", type=common.finite_float, default=None, help="baseline, trained on R - c (Eqs. "
-        "9-10): -0.8 with pm1 (-0.9 ended level with it), 0 with the task's rewards ([CR] Eq. 4)")
-    add("--split", type=float, choices=[0.0, 1.0], default=None,
-        help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
-    add("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
-        help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
-    add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
-    add("--batch-size", type=common.positive_int, default=64, help="samples an optimizer step")
-    add("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant ([TOPR]): the "
-        "best of 1e-4, 5e-5, 3e-5 on the tiny model (docs/RESULTS-topr-report.md)")
-    add("--report-variant", choices=["original", "A", "A+B"], default=None,
-        help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
-    add("--micro-batch", type=common.positive_int, default=64,
-        help="samples a forward/backward pass: memory only")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
-        "AdamW state, log-softmax fp32): about half a GPU step's memory")
-    add("--grad-checkpoint", action="store_true",
-        help="recompute each layer's activations in backward: far less memory")
-    # the problems, the model, generation and evaluation
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model, the first mu: a folder, a hub id, or `sft` "
-        "(the newest sft.py run of --task); default: that run, trained first with sft.py's "
-        "defaults where there is none")
-    add("--problems", type=problems_source, default=None,
-        help="training problems from a JSONL file, `hub` or a hub dataset id")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
-    add("--sizes", type=common.int_list, default=None, help="difficulty levels trained on "
-        "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    add("--max-new-tokens", type=common.positive_int, default=64,
-        help="completion budget in tokens, EOS included")
-    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None,
-        help="held-out difficulty levels; default: the task's SIZES")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
-    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
-    add("--eval-every", type=common.nonnegative_int, default=0,
-        help="also evaluate every N steps (0: after each iteration only)")
-    # the run
-    add("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
-    add("--save-every", type=common.positive_int, default=100,
-        help="checkpoint every N steps (and after every epoch)")
-    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0,
-        help="seeds the run: its problems, batches and samples")
-    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
-    args = p.parse_args(argv)
-    if args.report_variant:  # the report's setting becomes the defaults
-        p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
-        if args.report_variant == "A+B":  # variant_at: A in the first round, B in the second
-            p.set_defaults(iterations=2)
-        args = p.parse_args(argv)
-    c, split = default_baseline(args.reward)  # the reward's baseline and split, unless given
-    p.set_defaults(c=c, split=split)
-    return p, p.parse_args(argv)
 
 
 # ---- Data: rewards, generation, files, selection -------------------------------------------------
@@ -352,6 +369,19 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: boo
                                                   bf16=bf16)
             for r, v in zip(part, (lp * mask).sum(-1).tolist()):
                 r.setdefault("lp_mu", v)
+
+
+def samples_on_hand(args, task, model, tokenizer, style, it0: int, resumed: bool) -> dict:
+    """Samples by iteration that need no drawing: --data for the first (LP_mu, where missing, from
+    the start model at T = 1); the file of the iteration a resumed run stopped in (written whole
+    or not at all: write_jsonl)."""
+    data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
+    if any("lp_mu" not in r for r in data.get(0, [])):
+        fill_lp_mu(data[0], model, tokenizer.pad_token_id, args.micro_batch, args.bf16)
+    own = os.path.join(args.out, f"data-{it0}.jsonl")
+    if resumed and it0 not in data and os.path.exists(own):
+        data[it0] = read_rows(own, task, tokenizer, style)
+    return data
 
 
 def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator) -> list[dict]:
@@ -477,14 +507,12 @@ def main(argv=None):
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
         task = get_task(args.task)
-        variants = (PM1, "A+B") + tuple(task.REWARD_VARIANTS)
-        if args.reward not in variants:
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(variants)}")
+        if args.reward not in reward_choices(task):
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
+                             f"{', '.join(reward_choices(task))}")
         if args.report_variant and args.reward != args.report_variant:
             raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
                              f"not --reward {args.reward}")
-        if args.reward == "A+B" and not {"A", "B"} <= set(task.REWARD_VARIANTS):
-            raise ValueError("--reward A+B needs the task's variants A and B")
         if args.top_p == 0:
             raise ValueError("--top-p must be in (0, 1], got 0")
         if args.data:  # checked before a model is loaded, or sft.py run to make one
@@ -499,17 +527,9 @@ def main(argv=None):
         style = common.prompt_style(model, tokenizer)
         # where the loops start: the next step's iteration, epoch and minibatch (0s: a fresh run)
         it0, epoch0, batch0 = run.state["next"] if run.state else (0, 0, 0)
-        # samples on hand, by iteration: --data for the first; the file of the iteration a
-        # resumed run stopped in (written whole or not at all: write_jsonl)
-        data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
-        own = os.path.join(args.out, f"data-{it0}.jsonl")
-        if run.state and it0 not in data and os.path.exists(own):
-            data[it0] = read_rows(own, task, tokenizer, style)
+        data = samples_on_hand(args, task, model, tokenizer, style, it0, run.state is not None)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
-    # --data without LP_mu: mu is the start model at T = 1, as loaded (not a checkpoint's weights)
-    if any("lp_mu" not in r for r in data.get(0, [])):
-        fill_lp_mu(data[0], model, tokenizer.pad_token_id, args.micro_batch, args.bf16)
     prompts = common.encode_prompts(task, pool, tokenizer, style)
     eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
                  for n, ps in held_out.items()}
@@ -564,28 +584,27 @@ class Run:
     metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
 
     def __init__(self, parser, args, keys: set):
-        """--resume's flags, the run folder, its checkpoint (`keys`: what it must hold besides the
-        RNGs and the step; None: start at 0) and its metrics after that step dropped. Bad input:
-        one line and exit 2, before a model is loaded."""
+        """--resume's flags, the run folder, its checkpoint (holding `keys`; None: start at 0) and
+        its metrics after that step dropped. Bad input: one line, exit 2, before a model loads."""
         self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
         if args.resume is not None:
             resumed_args(args, parser)
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
         args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
-        self.metrics = os.path.join(args.out, "metrics.jsonl")
+        self.metrics, self.state = os.path.join(args.out, "metrics.jsonl"), None
         try:
-            if not args.resume and os.path.exists(self.metrics):
+            if args.resume:
+                self.state = load_checkpoint(args.out, keys | {"rng", "step"})
+                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
+            elif os.path.exists(self.metrics):
                 raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
                                  f"{args.out} or another --out")
-            self.state = load_checkpoint(args.out, keys | {"rng", "step"}) if args.resume else None
-            if os.path.exists(self.metrics):
-                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
         except ValueError as e:
             parser.error(str(e))
 
     def begin(self, **objects) -> int:
-        """Write config.json; on --resume load the checkpoint into `objects` (by name: the model,
-        AdamW, ...) and every RNG. Ctrl-C now stops after the step. Returns the step to start at."""
+        """Write config.json; on --resume load `objects` (the model, AdamW, ...: the checkpoint's
+        keys) and every RNG. Ctrl-C now stops after a step. Returns the step to start at."""
         os.makedirs(self.args.out, exist_ok=True)
         atomic_write(os.path.join(self.args.out, "config.json"),
                      json.dumps(vars(self.args), indent=2, default=str))
@@ -607,11 +626,10 @@ class Run:
         self.stop.append(signum)
 
     def out_of_time(self) -> bool:
-        """--time-limit has passed: the loop evaluates, saves and stops."""
         return time.monotonic() >= self.deadline
 
     def log(self, step: int, row: dict) -> None:
-        """One row of metrics.jsonl; the progress bar; the held-out accuracies when evaluated."""
+        """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
         self.log_file.write(json.dumps(row) + "\n")
         if step > 0:
@@ -625,23 +643,26 @@ class Run:
             tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
 
     def checkpoint(self, step: int, due: bool, **extra) -> None:
-        """RUN/checkpoint.pt when due or after a Ctrl-C (then say how to resume and exit 130): the
-        objects begin() was given, every RNG, the step and `extra`, written atomically."""
+        """When due or after Ctrl-C (then exit 130, saying how to resume): checkpoint.pt, holding
+        the objects given to begin(), every RNG, the step and `extra`."""
         if due or self.stop:
             state = {name: obj.state_dict() for name, obj in self.objects.items()}
-            state.update(rng=common.rng_state(), step=step, **extra)
-            atomic_write(os.path.join(self.args.out, "checkpoint.pt"), state)
+            atomic_write(os.path.join(self.args.out, "checkpoint.pt"),
+                         {**state, "rng": common.rng_state(), "step": step, **extra})
         if self.stop:
-            signal.signal(signal.SIGINT, self.previous_handler)
+            self.close()
             print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
                   f"{self.script} --resume {self.args.out}", file=sys.stderr)
             raise SystemExit(130)
 
-    def finish(self, model, tokenizer, stopped_early: bool) -> str:
-        """RUN/final (a Hugging Face folder, the next script's --model) and the closing lines."""
+    def close(self) -> None:  # the progress bar, and Ctrl-C's usual handler back
         signal.signal(signal.SIGINT, self.previous_handler)
         if self.bar is not None:
             self.bar.close()
+
+    def finish(self, model, tokenizer, stopped_early: bool) -> str:
+        """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
+        self.close()
         final = os.path.join(self.args.out, "final")
         model.save_pretrained(final + ".tmp")
         tokenizer.save_pretrained(final + ".tmp")
@@ -653,8 +674,7 @@ class Run:
 
 
 def atomic_write(path: str, data) -> None:
-    """A text (str) or torch.save's state to path + ".tmp", then renamed to path: a kill leaves
-    the old file or the new one, never half of one."""
+    """Text, or torch.save's state, to path.tmp renamed: a kill leaves the old file or the new."""
     if isinstance(data, str):
         with open(path + ".tmp", "w") as f:
             f.write(data)
@@ -664,9 +684,8 @@ def atomic_write(path: str, data) -> None:
 
 
 def resumed_args(args, parser):
-    """--resume RUN: the flags RUN was started with (RUN/config.json), so that it goes on as it
-    began; flags added since take their defaults, and another script's run is refused."""
-    script = os.path.basename(__file__)
+    """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
+    since take their defaults; another script's run is refused."""
     try:
         with open(os.path.join(args.resume, "config.json")) as f:
             saved = json.load(f)
@@ -676,8 +695,8 @@ def resumed_args(args, parser):
         parser.error(f"--resume {args.resume}: no readable config.json there")
     foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
     if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags {script} does not know "
-                     f"({', '.join(foreign[:5])}): another script's run")
+        parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"
+                     f" does not know ({', '.join(foreign[:5])}): another script's run")
     if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
         saved["model"] = saved.pop("model_path")
     vars(args).update(saved, resume=args.resume, out=args.resume)
@@ -685,9 +704,8 @@ def resumed_args(args, parser):
 
 
 def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt; None where the run stopped before its first one (no checkpoint, no final
-    model: it starts again); ValueError where a finished run lacks it, or it is unreadable or
-    lacks one of `keys`."""
+    """RUN/checkpoint.pt; None if the run stopped before its first (no final model either: it
+    starts again); ValueError if a finished run lacks it, or it is unreadable or lacks a key."""
     path = os.path.join(run, "checkpoint.pt")
     if not os.path.exists(path):
         if os.path.exists(os.path.join(run, "final")):
@@ -706,8 +724,10 @@ def load_checkpoint(run: str, keys: set) -> dict | None:
 
 
 def keep_metrics_until(path: str, step: int) -> None:
-    """A resumed run logs again what followed its checkpoint: drop those rows, and a last line
-    torn by a kill mid-write; any other damaged line is a ValueError naming it."""
+    """Drop the rows a resumed run logs again (after its checkpoint's step) and a last line torn by
+    a kill mid-write; any other damaged line is a ValueError naming it."""
+    if not os.path.exists(path):  # killed before its first row
+        return
     with open(path) as f:  # a torn line is the last, the only one without its "\n"
         lines = [line for line in f if line.endswith("\n")]
     kept = []
@@ -723,17 +743,14 @@ def keep_metrics_until(path: str, step: int) -> None:
 def closing_lines(args, stopped_early: bool) -> list[str]:
     """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
     evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
     first, last = {}, {}  # "eval3/greedy/accuracy" -> (step, accuracy) at its first and last row
-    for row in rows:
-        for key, value in row.items():
-            if key.startswith("eval") and key.endswith("/accuracy"):
-                first.setdefault(key, (row["step"], value))
-                last[key] = (row["step"], value)
-    steps = (min([s for s, _ in first.values()], default=0),
-             max([s for s, _ in last.values()], default=0))
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:
+        for row in map(json.loads, f):
+            for key in [k for k in row if k.startswith("eval") and k.endswith("/accuracy")]:
+                first.setdefault(key, (row["step"], row[key]))
+                last[key] = (row["step"], row[key])
     script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    steps = min([s for s, _ in first.values()] or [0]), max([s for s, _ in last.values()] or [0])
     lines = [f"{script} done. Held-out accuracy (%), step {steps[0]} -> step {steps[1]}:"]
     for size in dict.fromkeys(key.split("/")[0][len("eval"):] for key in first):
         cells = []
@@ -745,9 +762,8 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
     lines.append(f"run folder: {args.out} (final model: {final})")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
-    lines.append("next: python " + ("topr.py" if script == "sft.py" else script)
-                 + f" --task {args.task} --model {final}")
-    return lines
+    nxt = "topr.py" if script == "sft.py" else script
+    return lines + [f"next: python {nxt} --task {args.task} --model {final}"]
 
 
 if __name__ == "__main__":

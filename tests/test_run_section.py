@@ -206,3 +206,27 @@ def test_a_time_limit_stops_after_a_step_saves_and_says_how_to_continue(name, tm
     assert os.path.isdir(run / "final") and os.path.exists(run / "checkpoint.pt")
     said = capsys.readouterr().out.splitlines()
     assert f"stopped at --time-limit; continue: python {name}.py --resume {run}" in said
+
+
+SAVE_EACH_STEP = {"sft": ["--eval-every", "1"], "rloo": ["--save-every", "1"], "topr": [],
+                  "agro": ["--save-every", "1"], "spo": ["--save-every", "1"]}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_run_killed_then_resumed_ends_with_the_uninterrupted_runs_metrics(name, tmp_path,
+                                                                          monkeypatch):
+    """Three steps, a checkpoint after each (topr: one step an iteration); killed as it logs step
+    3, then --resume: from step 2's checkpoint to the same rows and weights as a run never
+    stopped."""
+    from conftest import metrics_rows, run_until_killed
+    argv = EVAL + BUDGETS[name] + LONGER[name] + SAVE_EACH_STEP[name]
+    straight = SCRIPTS[name].main(argv + ["--out", str(tmp_path / "straight")])
+    run_until_killed(SCRIPTS[name].main, argv + ["--out", str(tmp_path / "run")], monkeypatch, 3)
+    assert [r["step"] for r in metrics_rows(tmp_path / "run")][-1] == 2
+    assert SCRIPTS[name].main(["--resume", str(tmp_path / "run")]) == str(tmp_path / "run")
+    assert metrics_rows(tmp_path / "run") == metrics_rows(straight)
+    assert [r["step"] for r in metrics_rows(straight)] == [0, 1, 2, 3]
+    import torch
+    a, b = (torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)["model"]
+            for run in (straight, tmp_path / "run"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
