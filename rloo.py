@@ -56,65 +56,63 @@ from tasks.scoring import score
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--steps", type=common.positive_int, default=400,
-                   help="optimizer steps, one a batch, and the lr decay's horizon")
-    p.add_argument("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
-    p.add_argument("--k", type=int, default=4, help="samples per prompt (k >= 2); 64 x 4 learned "
-                   "faster a step than 32 x 8 or 16 x 16 (256 completions each) on the tiny model")
-    p.add_argument("--beta", type=common.nonnegative_float, default=0.0,
-                   help="KL penalty folded into the reward ([CR]: 0)")
-    p.add_argument("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
-                   help="seq: sum over tokens then mean over sequences (Eq. 3); seq/len; token")
-    p.add_argument("--reward", default=None,
-                   help="reward variant trained on; default: the task's first")
-    p.add_argument("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
-                   help="draw more prompts until --prompts groups have advantages that can be "
-                        "non-zero (dynamic sampling; module docstring)")
-    p.add_argument("--max-draws", type=common.positive_int, default=4,
-                   help="with --resample-uniform: at most this many generation rounds a step")
-    p.add_argument("--lr", type=common.positive_float, default=6e-5, help="AdamW lr: the "
-                   "fastest of those tried on the tiny model that did not diverge")
-    p.add_argument("--warmup", type=common.nonnegative_int, default=10,
-                   help="steps of linear lr warm-up: Adam's first updates are ~lr*sign(g) for "
-                        "every weight, so without it the first noisy batches move it furthest")
-    p.add_argument("--lr-schedule", choices=["linear", "constant"], default="linear",
-                   help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
-    p.add_argument("--micro-batch", type=common.positive_int, default=8,
-                   help="prompts (groups of k) per forward/backward pass: memory and speed, not "
-                        "maths (8 x 4 rows were the fastest on a CPU)")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
-                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
-    p.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer's activations in backward: far less memory")
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default=None, help="start and reference model pi_ref: a folder, a "
-                   "hub id, or `sft` (the newest sft.py run of --task); default: that run, "
-                   "trained first with sft.py's defaults where there is none")
-    p.add_argument("--problems", type=problems_source, default=None,
-                   help="training problems from a JSONL file, `hub` or a hub dataset id")
-    p.add_argument("--train-size", type=common.positive_int, default=20000, help="problems a size")
-    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels trained "
-                   "on (Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
-                   help="completion budget in tokens, EOS included")
-    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    p.add_argument("--eval-sizes", type=common.int_list, default=None,
-                   help="held-out difficulty levels; default: the task's SIZES")
-    p.add_argument("--eval-size", type=common.positive_int, default=200, help="problems a size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8,
-                   help="samples a held-out problem at temperature 1")
-    p.add_argument("--eval-every", type=common.positive_int, default=50,
-                   help="evaluate every N steps")
-    p.add_argument("--out", default=None, help="run folder (default runs/rloo-TASK-TIME)")
-    p.add_argument("--save-every", type=common.positive_int, default=50, help="save every N steps")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start (then evaluate and save)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0,
-                   help="seeds the run: its problems, batches and samples")
-    p.add_argument("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add = p.add_argument
+    # the estimator (Eqs. 2-3) and its optimisation
+    add("--steps", type=common.positive_int, default=400,
+        help="optimizer steps, one a batch, and the lr decay's horizon")
+    add("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
+    add("--k", type=int, default=4, help="samples per prompt (k >= 2): B x k completions a step")
+    add("--beta", type=common.nonnegative_float, default=0.0,
+        help="KL penalty folded into the reward ([CR]: 0)")
+    add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
+        help="seq: sum over tokens then mean over sequences (Eq. 3); seq/len; token")
+    add("--reward", default=None, help="reward variant trained on; None: the task's first")
+    add("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
+        help="draw more prompts until --prompts groups can have non-zero advantages (dynamic "
+             "sampling; module docstring)")
+    add("--max-draws", type=common.positive_int, default=4,
+        help="with --resample-uniform: at most this many generation rounds a step")
+    add("--lr", type=common.positive_float, default=6e-5,
+        help="AdamW peak lr: the largest that kept the tiny model stable")
+    add("--warmup", type=common.nonnegative_int, default=10,
+        help="linear lr warm-up steps: Adam's first updates, ~lr*sign(g), come from noisy batches")
+    add("--lr-schedule", choices=["linear", "constant"], default="linear",
+        help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
+    add("--micro-batch", type=common.positive_int, default=8,
+        help="prompts (groups of k) per forward/backward pass: memory and speed only")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
+        "AdamW state, log-softmax fp32): about half a GPU step's memory")
+    add("--grad-checkpoint", action="store_true",
+        help="recompute each layer's activations in backward: far less memory")
+    # the problems, the model, generation and evaluation
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, or "
+        "`sft` (the newest sft.py run of --task); None: that run, made with sft.py's defaults "
+        "where there is none")
+    add("--problems", type=problems_source, default=None,
+        help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--sizes", type=common.int_list, default=None,
+        help="difficulty levels trained on (Countdown: numbers a puzzle); None: the task's SIZES")
+    add("--max-new-tokens", type=common.positive_int, default=64,
+        help="completion budget in tokens, EOS included")
+    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None,
+        help="held-out difficulty levels; None: the task's SIZES")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
+    add("--eval-every", type=common.positive_int, default=50, help="evaluate every N steps")
+    # the run
+    add("--out", default=None, help="run folder; None: runs/rloo-TASK-TIME")
+    add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
+    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop training MIN minutes after the start (then evaluate and save)")
+    add("--seed", type=common.nonnegative_int, default=0,
+        help="seeds the run: its problems, batches and samples")
+    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 
 
@@ -416,14 +414,13 @@ class Run:
         os.makedirs(self.args.out, exist_ok=True)
         atomic_write(os.path.join(self.args.out, "config.json"),
                      json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, step = objects, time.time(), 0
+        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
         if self.state:
             for name, obj in objects.items():
                 obj.load_state_dict(self.state[name])
             common.set_rng_state(self.state["rng"])
             step = self.state["step"]
             print(f"resumed {self.args.out} at step {step}")
-        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
         self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
         return step
 
@@ -439,6 +436,8 @@ class Run:
     def log(self, step: int, row: dict) -> None:
         """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
+            self.log_file = open(self.metrics, "a", buffering=1)
         self.log_file.write(json.dumps(row) + "\n")
         if step > 0:
             if self.bar is None:
@@ -463,10 +462,11 @@ class Run:
                   f"{self.script} --resume {self.args.out}", file=sys.stderr)
             raise SystemExit(130)
 
-    def close(self) -> None:  # the progress bar, and Ctrl-C's usual handler back
+    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
         signal.signal(signal.SIGINT, self.previous_handler)
-        if self.bar is not None:
-            self.bar.close()
+        for f in (self.log_file, self.bar):
+            if f is not None:
+                f.close()
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
         """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
@@ -476,7 +476,6 @@ class Run:
         tokenizer.save_pretrained(final + ".tmp")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(final + ".tmp", final)
-        self.log_file.close()
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 

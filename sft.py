@@ -43,56 +43,49 @@ from tasks.scoring import score
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--task", default="countdown", help="task module in tasks/")
-    p.add_argument("--model", default="tiny", help="`tiny` (built here), a folder or a hub id")
-    p.add_argument("--data", default=None, help="JSONL file or hub dataset of problems (the "
-                   "task's fields) with a 'completion'; default: the task's solver demonstrations")
-    p.add_argument("--out", default=None, help="run folder (default runs/sft-TASK-TIME)")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    # optimisation
-    p.add_argument("--steps", type=common.positive_int, default=700, help="optimizer steps")
-    p.add_argument("--batch-size", type=common.positive_int, default=128, help="examples a step")
-    p.add_argument("--grad-accum", type=common.positive_int, default=1,
-                   help="split each batch into this many micro-batches (same maths, less memory)")
-    p.add_argument("--lr", type=common.positive_float, default=1e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=common.nonnegative_int, default=50,
-                   help="linear warm-up steps ([CR]: 500)")
-    p.add_argument("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
-    p.add_argument("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    p.add_argument("--loss-norm", choices=["token", "seq"], default="token",
-                   help="token: mean over completion tokens (HF convention); seq: Eq. 1 literally")
-    p.add_argument("--max-len", type=common.positive_int, default=1024,
-                   help="max prompt+completion tokens; the completion is cut, never the prompt")
-    # data made by the task
-    p.add_argument("--sizes", type=common.int_list, default=None, help="difficulty levels, e.g. "
-                   "3,4 (Countdown: numbers a puzzle); default: the task's SIZES")
-    p.add_argument("--train-size", type=common.positive_int, default=20000, help="problems a size")
-    p.add_argument("--demo-steps", action="store_true", help="demonstrations show steps first")
-    # evaluation
-    p.add_argument("--eval-sizes", type=common.int_list, default=None,
-                   help="held-out difficulty levels; default: the task's SIZES")
-    p.add_argument("--eval-every", type=common.positive_int, default=200,
-                   help="steps between evaluations (greedy; the final one also samples --eval-k)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200, help="problems a size")
-    p.add_argument("--eval-k", type=common.nonnegative_int, default=8,
-                   help="samples per problem for sampled accuracy/pass@k (0: none)")
-    p.add_argument("--max-new-tokens", type=common.positive_int, default=64,
-                   help="completion budget in tokens, EOS included")
-    p.add_argument("--reward", default=None,
-                   help="reward variant reported in evaluation; default: the task's first")
-    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    # system
-    p.add_argument("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-                   help="stop training MIN minutes after the start (then evaluate and save)")
-    p.add_argument("--seed", type=common.nonnegative_int, default=0,
-                   help="seeds the run: its problems, batches and samples")
-    p.add_argument("--threads", type=common.positive_int, default=None,
-                   help="torch CPU threads (default: $TORCH_THREADS or all cores)")
-    p.add_argument("--bf16", action="store_true", help="forward and backward under bf16 autocast "
-                   "(weights, AdamW state, log-softmax fp32): about half a GPU step's memory")
-    p.add_argument("--grad-checkpoint", action="store_true",
-                   help="recompute each layer's activations in backward: far less memory")
+    add = p.add_argument
+    # the loss and its optimisation ([CR] §4.4)
+    add("--steps", type=common.positive_int, default=700, help="optimizer steps")
+    add("--batch-size", type=common.positive_int, default=128,
+        help="sequences (a prompt and its completion) an optimizer step")
+    add("--grad-accum", type=common.positive_int, default=1,
+        help="micro-batches a batch is split into: the same maths in less memory")
+    add("--lr", type=common.positive_float, default=1e-3, help="peak learning rate")
+    add("--warmup", type=common.nonnegative_int, default=50, 
+        help="linear warm-up steps ([CR]: 500)")
+    add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--loss-norm", choices=["token", "seq"], default="token",
+        help="token: mean over completion tokens (HF's); seq: Eq. 1 as written")
+    add("--max-len", type=common.positive_int, default=1024,
+        help="prompt + completion tokens; the completion is cut, never the prompt")
+    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
+    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
+    # the data: the task's demonstrations, or --data
+    add("--data", default=None, help="JSONL file or hub dataset of problems with a 'completion'")
+    add("--demo-steps", action="store_true", help="demonstrations show their steps first")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
+    # the model, evaluation and the run
+    add("--task", default="countdown", help="task module in tasks/")
+    add("--model", default="tiny", help="`tiny` (built here), a folder or a hub id")
+    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
+        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
+    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
+    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    add("--eval-k", type=common.nonnegative_int, default=8,
+        help="held-out samples a problem at T = 1 (0: greedy only)")
+    add("--eval-every", type=common.positive_int, default=200,
+        help="steps between greedy evaluations (the first and last also sample)")
+    add("--reward", default=None, help="reward variant evaluated; None: the task's first")
+    add("--out", default=None, help="run folder; None: runs/sft-TASK-TIME")
+    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
+    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
+        help="stop MIN minutes after the start (evaluate, save)")
+    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
+    add("--threads", type=common.positive_int, default=None,
+        help="torch CPU threads; None: $TORCH_THREADS or all cores")
     return p, p.parse_args(argv)
 
 
@@ -337,14 +330,13 @@ class Run:
         os.makedirs(self.args.out, exist_ok=True)
         atomic_write(os.path.join(self.args.out, "config.json"),
                      json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, step = objects, time.time(), 0
+        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
         if self.state:
             for name, obj in objects.items():
                 obj.load_state_dict(self.state[name])
             common.set_rng_state(self.state["rng"])
             step = self.state["step"]
             print(f"resumed {self.args.out} at step {step}")
-        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
         self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
         return step
 
@@ -360,6 +352,8 @@ class Run:
     def log(self, step: int, row: dict) -> None:
         """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
+            self.log_file = open(self.metrics, "a", buffering=1)
         self.log_file.write(json.dumps(row) + "\n")
         if step > 0:
             if self.bar is None:
@@ -384,10 +378,11 @@ class Run:
                   f"{self.script} --resume {self.args.out}", file=sys.stderr)
             raise SystemExit(130)
 
-    def close(self) -> None:  # the progress bar, and Ctrl-C's usual handler back
+    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
         signal.signal(signal.SIGINT, self.previous_handler)
-        if self.bar is not None:
-            self.bar.close()
+        for f in (self.log_file, self.bar):
+            if f is not None:
+                f.close()
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
         """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
@@ -397,7 +392,6 @@ class Run:
         tokenizer.save_pretrained(final + ".tmp")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(final + ".tmp", final)
-        self.log_file.close()
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 

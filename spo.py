@@ -81,7 +81,8 @@ def parse_args(argv=None):
         help="samples of pi_0 (T = 1) a training problem for Q0_hat (paper: 800; 64 for CPU time)")
     add("--q0-chunk", type=common.positive_int, default=32, help="problems a Q0 cache update")
     add("--q0-cache", default=None, metavar="FILE", help="another run's q0.jsonl to reuse")
-    add("--batch-size", type=common.positive_int, default=256, help="trajectories a step")
+    add("--batch-size", type=common.positive_int, default=256,
+        help="sequences (a prompt and its completion) an optimizer step")
     add("--samples-per-prompt", type=common.positive_int, default=8, help="online samples a prompt")
     add("--online-fraction", type=common.fraction, default=1.0, help="online share (paper: 0.5)")
     add("--offline-data", default=None, metavar="FILE", help="offline trajectories (read_offline)")
@@ -93,7 +94,7 @@ def parse_args(argv=None):
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
     add("--lr", type=common.positive_float, default=6e-5,
-        help="AdamW lr, constant after warm-up (larger rates collapsed the tiny model, 005aa1c)")
+        help="AdamW lr, constant after warm-up: larger rates collapsed the tiny model")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
     add("--micro-batch", type=common.positive_int, default=64, help="trajectories a forward pass")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
@@ -549,14 +550,13 @@ class Run:
         os.makedirs(self.args.out, exist_ok=True)
         atomic_write(os.path.join(self.args.out, "config.json"),
                      json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, step = objects, time.time(), 0
+        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
         if self.state:
             for name, obj in objects.items():
                 obj.load_state_dict(self.state[name])
             common.set_rng_state(self.state["rng"])
             step = self.state["step"]
             print(f"resumed {self.args.out} at step {step}")
-        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
         self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
         return step
 
@@ -572,6 +572,8 @@ class Run:
     def log(self, step: int, row: dict) -> None:
         """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
+            self.log_file = open(self.metrics, "a", buffering=1)
         self.log_file.write(json.dumps(row) + "\n")
         if step > 0:
             if self.bar is None:
@@ -596,10 +598,11 @@ class Run:
                   f"{self.script} --resume {self.args.out}", file=sys.stderr)
             raise SystemExit(130)
 
-    def close(self) -> None:  # the progress bar, and Ctrl-C's usual handler back
+    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
         signal.signal(signal.SIGINT, self.previous_handler)
-        if self.bar is not None:
-            self.bar.close()
+        for f in (self.log_file, self.bar):
+            if f is not None:
+                f.close()
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
         """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
@@ -609,7 +612,6 @@ class Run:
         tokenizer.save_pretrained(final + ".tmp")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(final + ".tmp", final)
-        self.log_file.close()
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 

@@ -23,7 +23,7 @@ script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several
 docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
 
 Rewards and split: with [TOPR]'s +1/-1 reward (`--reward pm1`) T- is R - c < 0 and c defaults to
--0.8 (scripts/topr_experiments.py; -0.9 ended level with it, docs/RESULTS-topr-report.md); the
+-0.8 (chosen with scripts/topr_experiments.py: docs/RESULTS-topr-report.md); the
 task's rewards (`--reward original|A|B|A+B`) are at most 1, and 1 only for a correct answer (B gives
 -0.1 and -0.2, A subtracts a length penalty), so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT
 term, every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1
@@ -106,23 +106,23 @@ def parse_args(argv=None):
     add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
     add("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
         help="which samples an iteration keeps (select)")
-    add("--keep", type=common.nonnegative_int, default=0,
-        help="samples an iteration keeps after selection (0: all it selects)")
+    add("--keep", type=common.nonnegative_int, default=0, help="samples kept (0: all selected)")
     # the loss
     add("--loss", choices=list(LIMITS), default="topr",
         help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
     add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise) or one of --task's rewards: "
         + task_rewards(argv))
     add("--c", type=common.finite_float, default=None, help="baseline, trained on R - c (Eqs. "
-        "9-10): -0.8 with pm1 (-0.9 ended level with it), 0 with the task's rewards ([CR] Eq. 4)")
+        "9-10); None: -0.8 with pm1, 0 with the task's rewards ([CR] Eq. 4)")
     add("--split", type=float, choices=[0.0, 1.0], default=None,
         help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
     add("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
         help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
     add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
-    add("--batch-size", type=common.positive_int, default=64, help="samples an optimizer step")
-    add("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant ([TOPR]): the "
-        "best of 1e-4, 5e-5, 3e-5 on the tiny model (docs/RESULTS-topr-report.md)")
+    add("--batch-size", type=common.positive_int, default=64,
+        help="sequences (a prompt and its completion) an optimizer step")
+    add("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant "
+        "([TOPR]); the best on the tiny model (docs/RESULTS-topr-report.md)")
     add("--report-variant", choices=["original", "A", "A+B"], default=None,
         help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
     add("--micro-batch", type=common.positive_int, default=64,
@@ -608,14 +608,13 @@ class Run:
         os.makedirs(self.args.out, exist_ok=True)
         atomic_write(os.path.join(self.args.out, "config.json"),
                      json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, step = objects, time.time(), 0
+        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
         if self.state:
             for name, obj in objects.items():
                 obj.load_state_dict(self.state[name])
             common.set_rng_state(self.state["rng"])
             step = self.state["step"]
             print(f"resumed {self.args.out} at step {step}")
-        self.log_file = open(self.metrics, "a", buffering=1)  # line-buffered: a kill tears a row
         self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
         return step
 
@@ -631,6 +630,8 @@ class Run:
     def log(self, step: int, row: dict) -> None:
         """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
+            self.log_file = open(self.metrics, "a", buffering=1)
         self.log_file.write(json.dumps(row) + "\n")
         if step > 0:
             if self.bar is None:
@@ -655,10 +656,11 @@ class Run:
                   f"{self.script} --resume {self.args.out}", file=sys.stderr)
             raise SystemExit(130)
 
-    def close(self) -> None:  # the progress bar, and Ctrl-C's usual handler back
+    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
         signal.signal(signal.SIGINT, self.previous_handler)
-        if self.bar is not None:
-            self.bar.close()
+        for f in (self.log_file, self.bar):
+            if f is not None:
+                f.close()
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
         """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
@@ -668,7 +670,6 @@ class Run:
         tokenizer.save_pretrained(final + ".tmp")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(final + ".tmp", final)
-        self.log_file.close()
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 
