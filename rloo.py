@@ -490,6 +490,9 @@ def atomic_write(path: str, data) -> None:
     os.replace(path + ".tmp", path)
 
 
+RENAMED = {"train_prompts": "train_size"}  # config.json's old names of flags: their new ones
+
+
 def resumed_args(args, parser):
     """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
     since take their defaults; another script's run is refused."""
@@ -500,6 +503,9 @@ def resumed_args(args, parser):
             raise ValueError
     except (OSError, ValueError):
         parser.error(f"--resume {args.resume}: no readable config.json there")
+    for old, new in RENAMED.items():  # a run started before a flag was renamed
+        if old in saved:
+            saved[new] = saved.pop(old)
     foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
     if foreign:
         parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"

@@ -50,7 +50,7 @@ def parse_args(argv=None):
         help="sequences (a prompt and its completion) an optimizer step")
     add("--grad-accum", type=common.positive_int, default=1,
         help="micro-batches a batch is split into: the same maths in less memory")
-    add("--lr", type=common.positive_float, default=1e-3, help="peak learning rate")
+    add("--lr", type=common.positive_float, default=1e-3, help="AdamW peak lr, then cosine decay")
     add("--warmup", type=common.nonnegative_int, default=50, 
         help="linear warm-up steps ([CR]: 500)")
     add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
@@ -406,6 +406,9 @@ def atomic_write(path: str, data) -> None:
     os.replace(path + ".tmp", path)
 
 
+RENAMED = {"train_prompts": "train_size"}  # config.json's old names of flags: their new ones
+
+
 def resumed_args(args, parser):
     """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
     since take their defaults; another script's run is refused."""
@@ -416,6 +419,9 @@ def resumed_args(args, parser):
             raise ValueError
     except (OSError, ValueError):
         parser.error(f"--resume {args.resume}: no readable config.json there")
+    for old, new in RENAMED.items():  # a run started before a flag was renamed
+        if old in saved:
+            saved[new] = saved.pop(old)
     foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
     if foreign:
         parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"

@@ -230,3 +230,16 @@ def test_a_run_killed_then_resumed_ends_with_the_uninterrupted_runs_metrics(name
     a, b = (torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)["model"]
             for run in (straight, tmp_path / "run"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_from_before_a_flag_was_renamed_still_resumes(run_copy, capsys):
+    """spo.py's --train-prompts is --train-size now: a config.json holding the old name resumes,
+    with its value, instead of being refused as another script's run."""
+    run = run_copy("spo")
+    config = json.loads((run / "config.json").read_text())
+    config["train_prompts"] = config.pop("train_size")
+    (run / "config.json").write_text(json.dumps(config))
+    rows = (run / "metrics.jsonl").read_text()
+    assert spo.main(["--resume", str(run)]) == str(run)
+    assert (run / "metrics.jsonl").read_text() == rows
+    assert json.loads((run / "config.json").read_text())["train_size"] == config["train_prompts"]
