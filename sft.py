@@ -15,7 +15,7 @@ the task's problem fields (`task.FIELDS`) and a "completion". The prompt x is bu
 problem as the RL scripts build it (common.encode_prompts), so that they condition on the same
 token ids; a row's own "prompt"/"query" text is not used (the run counts those that differ).
 
-Run:  python sft.py --task countdown          (tiny model: 700 steps in 6:41 on 2 CPU cores)
+Run:  python sft.py --task countdown          (tiny model: 700 steps in 7:08 on 2 CPU cores)
       python sft.py --model Qwen/Qwen2.5-0.5B-Instruct --lr 1e-5 --warmup 500 --batch-size 32 ...
 The model in RUN/final is what rloo.py, topr.py, agro.py and spo.py take as --model.
 """
