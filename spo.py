@@ -96,7 +96,8 @@ def parse_args(argv=None):
     add("--lr", type=common.positive_float, default=6e-5,
         help="AdamW lr, constant after warm-up: larger rates collapsed the tiny model")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
-    add("--micro-batch", type=common.positive_int, default=64, help="trajectories a forward pass")
+    add("--micro-batch", type=common.positive_int, default=64,
+        help="sequences a forward/backward pass")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
         "AdamW state, log-softmax fp32): about half a GPU step's memory")

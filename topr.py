@@ -126,7 +126,7 @@ def parse_args(argv=None):
     add("--report-variant", choices=["original", "A", "A+B"], default=None,
         help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
     add("--micro-batch", type=common.positive_int, default=64,
-        help="samples a forward/backward pass: memory only")
+        help="sequences a forward/backward pass: memory only")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
         "AdamW state, log-softmax fp32): about half a GPU step's memory")
