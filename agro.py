@@ -52,8 +52,6 @@ import argparse
 import json
 import math
 import os
-import shutil
-import signal
 import sys
 import time
 from typing import NamedTuple
@@ -75,9 +73,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
     add("--mode", choices=["offpolicy", "onpolicy"], default="offpolicy",
-        help="default data: offline groups (Eq. 4) or fresh ones from pi (Eqs. 5-6)")
-    add("--loss", choices=["agro", "klpg"], default="agro",
-        help="agro, or the KL-regularised policy gradient it is compared with (§8)")
+        help="offline groups (Eq. 4) or groups from pi (Eqs. 5-6)")
+    add("--loss", choices=["agro", "klpg"], default="agro", help="agro, or §8's KL-regularised PG")
     add("--beta", type=common.nonnegative_float, default=None, help="KL coefficient per "
         "sequence: 0.05 with on-policy groups, else 0.3 (docs/RESULTS-agro-spo.md)")
     add("--lambda-lr", type=common.nonnegative_float, default=None,
@@ -87,49 +84,41 @@ def parse_args(argv=None):
     add("--online-fraction", type=common.fraction, default=None,
         help="on-policy share of each batch's groups: 1 with --mode onpolicy, else 0")
     add("--offline-data", default=None, metavar="FILE",
-        help="JSONL of offline groups (read_offline); default: pi_ref's samples")
+        help="offline groups (read_offline); None: pi_ref's samples")
     add("--offline-prompts", type=common.positive_int, default=2048,
-        help="without --offline-data: prompts sampled n times from pi_ref first")
+        help="without --offline-data: prompts pi_ref samples first")
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
     add("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
-    add("--n", type=int, default=8, help="completions per prompt (n >= 2)")
+    add("--group-size", type=common.positive_int, default=8, help="completions a prompt (n, >= 2)")
     add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
-        help="seq: sum over tokens, mean over sequences, as the derivation")
-    add("--reward", default=None, help="reward variant; default: the task's first")
+        help="seq: sum over tokens, mean over sequences")
+    add("--reward", default=None, help="reward variant; None: the task's first")
     add("--lr", type=common.positive_float, default=6e-5, help="AdamW lr (rloo.py's)")
     add("--warmup", type=common.nonnegative_int, default=10, help="lr warm-up steps (rloo.py's)")
-    add("--micro-batch", type=common.positive_int, default=8,
-        help="prompts (groups of n) per forward/backward pass: memory only")
+    add("--micro-batch", type=common.positive_int, default=8, help="groups a pass (memory)")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
-        "AdamW state, log-softmax fp32): about half a GPU step's memory")
-    add("--grad-checkpoint", action="store_true",
-        help="recompute each layer's activations in backward: far less memory")
+    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
+    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, or "
-        "`sft` (the newest sft.py run of --task); default: that run, trained first with sft.py's "
-        "defaults where there is none")
-    add("--problems", type=problems_source, default=None,
-        help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, "
+        "`tiny` (built in, untrained) or `sft` (the newest sft.py run of --task); None: that run, "
+        "made first by sft.py if none")
+    add("--problems", type=problems_source, default=None, help="a JSONL file, `hub` or a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
-    add("--sizes", type=common.int_list, default=None, help="difficulty levels trained on "
-        "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    add("--max-new-tokens", type=common.positive_int, default=64,
-        help="completion budget in tokens, EOS included")
+    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
+    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None,
-        help="held-out difficulty levels; default: the task's SIZES")
+        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
     add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
     add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
     add("--eval-every", type=common.positive_int, default=50, help="evaluate every N steps")
-    add("--out", default=None, help="run folder (default runs/agro-TASK-TIME)")
+    add("--out", default=None, help="run folder; None: runs/agro-TASK-TIME")
     add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
-    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0,
-        help="seeds the run: its problems, batches and samples")
+        help="stop MIN minutes after the start (evaluate, save)")
+    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.online_fraction is None:  # the defaults that depend on other flags (see each help)
@@ -294,7 +283,7 @@ def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
         except ValueError as e:
             raise ValueError(f"{path}: row {i}: {e}") from None
         texts, finished = row.get("completions"), row.get("finished", [True] * n)
-        for key, value, kind, what in (("completions", texts, str, f"at least --n {n} strings"),
+        for key, value, kind, what in (("completions", texts, str, f"at least {n} strings"),
                                        ("finished", finished, bool, f"{n} or more booleans")):
             if not (isinstance(value, list) and len(value) >= n
                     and all(isinstance(v, kind) for v in value)):
@@ -306,12 +295,12 @@ def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
 
 
 def sample_reference(engine, ref_model, pool, prompts, args, path: str) -> None:
-    """mu = pi_ref (§8.2): --n completions of --offline-prompts prompts into `path`, seeded."""
+    """mu = pi_ref (§8.2): --group-size completions of --offline-prompts prompts, seeded."""
     idx = np.random.default_rng([args.seed, 99]).choice(
         len(pool), min(args.offline_prompts, len(pool)), replace=False)
-    print(f"sampling {len(idx)} prompts x {args.n} from the reference into {path}", flush=True)
+    print(f"sampling {len(idx)} prompts x {args.group_size} from pi_ref into {path}", flush=True)
     engine.sync(ref_model)
-    sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    sc = common.SamplingConfig(args.group_size, args.max_new_tokens, seed=args.seed)
     write_offline(path, [pool[i] for i in idx], engine.generate([prompts[i] for i in idx], sc))
 
 
@@ -336,7 +325,7 @@ def sample_batch(engine, task, pool, prompts, offline, step, args) -> list[Group
     batch, n_online = [], online_groups(args)
     if n_online:
         idx = np.random.default_rng([args.seed, step]).choice(len(pool), n_online, replace=False)
-        sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0)
+        sc = common.SamplingConfig(args.group_size, args.max_new_tokens, temperature=1.0)
         for i, g in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
             batch.append(make_group(task, args.reward, pool[i], prompts[i], [s.ids for s in g],
                                     [s.text for s in g], [s.logprobs for s in g]))
@@ -367,13 +356,13 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    n_samples = len(batch) * args.n
+    n_samples = len(batch) * args.group_size
     n_tokens = sum(len(c) for g in batch for c in g.completion_ids)
     loss_sum, gap, h_on, h_off, kls = 0.0, 0.0, [], [], []
     order = sorted(batch, key=lambda g: max(len(c) for c in g.completion_ids))  # similar lengths
     for start in range(0, len(order), args.micro_batch):
         mb = order[start:start + args.micro_batch]
-        prompts = [g.prompt_ids for g in mb for _ in range(args.n)]
+        prompts = [g.prompt_ids for g in mb for _ in range(args.group_size)]
         completions = [c for g in mb for c in g.completion_ids]
         r = torch.tensor([g.rewards for g in mb], device=device)  # [b, n]
         online = torch.tensor([g.online for g in mb], device=device)  # [b]
@@ -392,7 +381,8 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
             kls.append(kl.detach().sum(-1))
         for j, g in enumerate(mb):  # on-policy groups: max |log pi - the engine's log-prob|
             for k, lp in enumerate(g.sampler_logprobs or []):
-                diff = logprobs[j * args.n + k, :len(lp)].detach() - torch.tensor(lp, device=device)
+                diff = (logprobs[j * args.group_size + k, :len(lp)].detach()
+                        - torch.tensor(lp, device=device))
                 gap = max(gap, diff.abs().max().item())  # 0 if sampled from these very weights
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
@@ -462,12 +452,12 @@ def main(argv=None):
         if args.reward not in task.REWARD_VARIANTS:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")
-        if args.n < 2:
-            raise ValueError(f"--n must be at least 2 for a leave-one-out baseline, got {args.n}")
+        if args.group_size < 2:
+            raise ValueError(f"--group-size must be at least 2 for a leave-one-out baseline")
         if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
             raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
-        if args.lr_baseline == "var" and n_online > 0 and args.n < 3:
-            raise ValueError("--lr-baseline var needs --n >= 3; use --lr-baseline none with n = 2")
+        if args.lr_baseline == "var" and n_online > 0 and args.group_size < 3:
+            raise ValueError("--lr-baseline var needs --group-size >= 3 (or --lr-baseline none)")
         if args.offline_data and n_online == args.prompts:
             raise ValueError("--offline-data is unused when every group is on-policy")
         pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
@@ -478,9 +468,9 @@ def main(argv=None):
                              "training problems")
         rows = None  # offline groups known now, read before a model is loaded (or sft.py run)
         if n_online < args.prompts and args.offline_data:
-            rows = read_offline(args.offline_data, task, args.n)
+            rows = read_offline(args.offline_data, task, args.group_size)
         elif n_online < args.prompts and args.resume and os.path.exists(samples_path):
-            rows = read_offline(samples_path, task, args.n)  # the reference samples drawn before
+            rows = read_offline(samples_path, task, args.group_size)  # drawn before the kill
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
@@ -499,17 +489,17 @@ def main(argv=None):
     if n_online < args.prompts and offline is None:  # mu = pi_ref (§8.2), drawn once
         if not os.path.exists(samples_path):  # seeded: a run killed here draws them again
             sample_reference(engine, ref_model, pool, prompts, args, samples_path)
-        rows = read_offline(samples_path, task, args.n)  # a resumed run sees the same tokens
+        rows = read_offline(samples_path, task, args.group_size)  # resumed: the same tokens
         offline = offline_groups(rows, task, args.reward, tokenizer, style)
     engine.sync(model)  # the policy's weights (resumed, if so)
     print(f"agro: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
           f"{args.model_path}, engine {engine.name}, loss {args.loss}, B={args.prompts} "
-          f"({n_online} on-policy) n={args.n} beta={args.beta} lambda_LR={args.lambda_lr}, "
+          f"({n_online} on-policy) n={args.group_size} beta={args.beta} lambda_LR={args.lambda_lr} "
           f"run {args.out}")
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     done = start  # optimizer steps taken
-    for step in range(start, args.steps):
+    for step in tqdm(range(start, args.steps), "agro", initial=start, total=args.steps):
         t0 = time.perf_counter()
         batch = sample_batch(engine, task, pool, prompts, offline, step, args)
         t_gen = time.perf_counter() - t0
@@ -517,11 +507,12 @@ def main(argv=None):
         engine.sync(model)  # the next on-policy groups come from exactly these weights
         done = step + 1
         row.update(time_generate=t_gen, time_step=time.perf_counter() - t0)
-        last = done == args.steps or run.out_of_time()
+        last = done == args.steps or time.monotonic() > run.deadline
         if done % args.eval_every == 0 or last:
             row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
         run.log(done, row)
-        run.checkpoint(done, due=done % args.save_every == 0 or last)
+        if done % args.save_every == 0 or last:
+            run.checkpoint(done)
         if last:
             break
     engine.close()
@@ -530,197 +521,92 @@ def main(argv=None):
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
 class Run:
-    """The run folder: config.json (the flags), checkpoint.pt (the whole state, one dict),
-    metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
-
+    """The run folder: config.json (flags), metrics.jsonl (a row a step), checkpoint.pt (weights,
+    optimizer, RNGs, step) and final/. A kill loses what came after the last checkpoint, no more."""
     def __init__(self, parser, args, keys: set):
-        """--resume's flags, the run folder, its checkpoint (holding `keys`; None: start at 0) and
-        its metrics after that step dropped. Bad input: one line, exit 2, before a model loads."""
-        self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
-        if args.resume is not None:
-            resumed_args(args, parser)
+        """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2."""
+        self.script, self.args, self.state = os.path.basename(__file__), args, None
+        if args.resume is None:
+            args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M")
+            if os.path.exists(os.path.join(args.out, "metrics.jsonl")):
+                parser.error(f"--out {args.out} holds a run already: --resume it or pick another")
+        else:  # one check covers every way a run folder can be wrong
+            path = os.path.join(args.resume, "config.json")
+            try:
+                with open(path) as f:
+                    vars(args).update(json.load(f), resume=args.resume, out=args.resume)
+                args.model = args.model_path  # the start model (`tiny`: the one built in RUN)
+                path = os.path.join(args.out, "checkpoint.pt")
+                self.state = torch.load(path, weights_only=False)
+                if self.state.get("script") != self.script or not keys <= set(self.state):
+                    raise ValueError(f"not a {self.script} checkpoint")
+                path = os.path.join(args.out, "metrics.jsonl")
+                with open(path, "rb") as f:  # the rows after the checkpoint, or torn by a kill, go
+                    size = sum(len(row) for row in f if row.endswith(b"\n")
+                               and json.loads(row)["step"] <= self.state["step"])
+                os.truncate(path, size)
+            except Exception as e:  # torch.load alone raises many kinds
+                parser.error(f"--resume {args.resume}: cannot use {path}: {e!r}")
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
-        args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
-        self.metrics, self.state = os.path.join(args.out, "metrics.jsonl"), None
-        try:
-            if args.resume:
-                self.state = load_checkpoint(args.out, keys | {"rng", "step"})
-                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
-            elif os.path.exists(self.metrics):
-                raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
-                                 f"{args.out} or another --out")
-        except ValueError as e:
-            parser.error(str(e))
 
     def begin(self, **objects) -> int:
-        """Write config.json; on --resume load `objects` (the model, AdamW, ...: the checkpoint's
-        keys) and every RNG. Ctrl-C now stops after a step. Returns the step to start at."""
+        """config.json (a new run), or `objects` and every RNG as saved; the step to start at."""
+        self.objects, self.wall = objects, time.time()
         os.makedirs(self.args.out, exist_ok=True)
-        atomic_write(os.path.join(self.args.out, "config.json"),
-                     json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
-        if self.state:
-            for name, obj in objects.items():
-                obj.load_state_dict(self.state[name])
-            common.set_rng_state(self.state["rng"])
-            step = self.state["step"]
-            print(f"resumed {self.args.out} at step {step}")
-        self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
-        return step
-
-    def on_ctrl_c(self, signum, frame):
-        if self.stop:  # the second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr)
-        self.stop.append(signum)
-
-    def out_of_time(self) -> bool:
-        return time.monotonic() >= self.deadline
+        self.file = open(os.path.join(self.args.out, "metrics.jsonl"), "a", buffering=1)
+        if self.state is None:
+            with open(os.path.join(self.args.out, "config.json"), "w") as f:
+                json.dump(vars(self.args), f, indent=2, default=str)
+            return 0
+        for name, obj in objects.items():  # the model, AdamW, ...
+            obj.load_state_dict(self.state[name])
+        common.set_rng_state(self.state["rng"])
+        return self.state["step"]
 
     def log(self, step: int, row: dict) -> None:
-        """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
-        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
-            self.log_file = open(self.metrics, "a", buffering=1)
-        self.log_file.write(json.dumps(row) + "\n")
-        if step > 0:
-            if self.bar is None:
-                self.bar = tqdm(total=getattr(self.args, "steps", None), initial=step - 1,
-                                desc=self.script[:-3], dynamic_ncols=True)
-            self.bar.update(1)
-            self.bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "reward") if k in row})
-        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        self.file.write(json.dumps(row) + "\n")  # line-buffered: a kill tears the last row at most
+        shown = [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]
         if shown:
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+            tqdm.write(f"step {step}: " + "  ".join(shown))
 
-    def checkpoint(self, step: int, due: bool, **extra) -> None:
-        """When due or after Ctrl-C (then exit 130, saying how to resume): checkpoint.pt, holding
-        the objects given to begin(), every RNG, the step and `extra`."""
-        if due or self.stop:
-            state = {name: obj.state_dict() for name, obj in self.objects.items()}
-            atomic_write(os.path.join(self.args.out, "checkpoint.pt"),
-                         {**state, "rng": common.rng_state(), "step": step, **extra})
-        if self.stop:
-            self.close()
-            print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
-                  f"{self.script} --resume {self.args.out}", file=sys.stderr)
-            raise SystemExit(130)
-
-    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
-        signal.signal(signal.SIGINT, self.previous_handler)
-        for f in (self.log_file, self.bar):
-            if f is not None:
-                f.close()
+    def checkpoint(self, step: int, **extra) -> None:
+        """checkpoint.pt: the objects given to begin(), every RNG, the step and `extra`."""
+        state = {name: obj.state_dict() for name, obj in self.objects.items()}
+        path = os.path.join(self.args.out, "checkpoint.pt")
+        torch.save({**state, **extra, "rng": common.rng_state(), "step": step,
+                    "script": self.script}, path + ".tmp")
+        os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
-        """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
-        self.close()
-        final = os.path.join(self.args.out, "final")
-        model.save_pretrained(final + ".tmp")
-        tokenizer.save_pretrained(final + ".tmp")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(final + ".tmp", final)
+        """final/ (a Hugging Face folder: any script's --model), then the closing lines."""
+        self.file.close()
+        model.save_pretrained(os.path.join(self.args.out, "final"))
+        tokenizer.save_pretrained(os.path.join(self.args.out, "final"))
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 
 
-def atomic_write(path: str, data) -> None:
-    """Text, or torch.save's state, to path.tmp renamed: a kill leaves the old file or the new."""
-    if isinstance(data, str):
-        with open(path + ".tmp", "w") as f:
-            f.write(data)
-    else:
-        torch.save(data, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-RENAMED = {"train_prompts": "train_size"}  # config.json's old names of flags: their new ones
-
-
-def resumed_args(args, parser):
-    """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
-    since take their defaults; another script's run is refused."""
-    try:
-        with open(os.path.join(args.resume, "config.json")) as f:
-            saved = json.load(f)
-        if not isinstance(saved, dict):
-            raise ValueError
-    except (OSError, ValueError):
-        parser.error(f"--resume {args.resume}: no readable config.json there")
-    for old, new in RENAMED.items():  # a run started before a flag was renamed
-        if old in saved:
-            saved[new] = saved.pop(old)
-    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
-    if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"
-                     f" does not know ({', '.join(foreign[:5])}): another script's run")
-    if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
-        saved["model"] = saved.pop("model_path")
-    vars(args).update(saved, resume=args.resume, out=args.resume)
-    return args
-
-
-def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt; None if the run stopped before its first (no final model either: it
-    starts again); ValueError if a finished run lacks it, or it is unreadable or lacks a key."""
-    path = os.path.join(run, "checkpoint.pt")
-    if not os.path.exists(path):
-        if os.path.exists(os.path.join(run, "final")):
-            raise ValueError(f"--resume {run}: no checkpoint.pt beside its final model")
-        print(f"note: {run} stopped before its first checkpoint; starting it again")
-        return None
-    try:
-        state = dict(torch.load(path, weights_only=False))
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise ValueError(f"cannot load checkpoint {path}: unreadable "
-                         f"({type(e).__name__})") from None
-    missing = sorted(keys - set(state))
-    if missing:
-        raise ValueError(f"cannot load checkpoint {path}: no {', '.join(missing)}")
-    return state
-
-
-def keep_metrics_until(path: str, step: int) -> None:
-    """Drop the rows a resumed run logs again (after its checkpoint's step) and a last line torn by
-    a kill mid-write; any other damaged line is a ValueError naming it."""
-    if not os.path.exists(path):  # killed before its first row
-        return
-    with open(path) as f:  # a torn line is the last, the only one without its "\n"
-        lines = [line for line in f if line.endswith("\n")]
-    kept = []
-    for lineno, line in enumerate(lines, 1):
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-    atomic_write(path, "".join(kept))
-
-
 def closing_lines(args, stopped_early: bool) -> list[str]:
-    """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
-    evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""
-    first, last = {}, {}  # "eval3/greedy/accuracy" -> (step, accuracy) at its first and last row
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:
-        for row in map(json.loads, f):
-            for key in [k for k in row if k.startswith("eval") and k.endswith("/accuracy")]:
-                first.setdefault(key, (row["step"], row[key]))
-                last[key] = (row["step"], row[key])
+    """Held-out accuracy per size at the first and last evaluation, the run folder, what next."""
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:  # the rows with evaluations
+        evals = [row for row in map(json.loads, f) if any(k.startswith("eval") for k in row)]
+    first, last = (evals[0], evals[-1]) if evals else ({"step": 0}, {"step": 0})
     script, final = os.path.basename(__file__), os.path.join(args.out, "final")
-    steps = min([s for s, _ in first.values()] or [0]), max([s for s, _ in last.values()] or [0])
-    lines = [f"{script} done. Held-out accuracy (%), step {steps[0]} -> step {steps[1]}:"]
-    for size in dict.fromkeys(key.split("/")[0][len("eval"):] for key in first):
+    lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
+    for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
         cells = []
-        for mode, name in (("greedy", "greedy"), ("sampled", "T = 1")):
+        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
             if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * d[f"eval{size}/{mode}/accuracy"][1] for d in (first, last))
+                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
                 cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
         lines.append(f"  size {size}: " + ", ".join(cells))
     lines.append(f"run folder: {args.out} (final model: {final})")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
-    nxt = "topr.py" if script == "sft.py" else script
-    return lines + [f"next: python {nxt} --task {args.task} --model {final}"]
+    if script == "sft.py":
+        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+    return lines
 
 
 if __name__ == "__main__":

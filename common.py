@@ -92,6 +92,8 @@ def setup(seed: int, threads: int | None = None) -> None:
     threads = threads or int(os.environ.get("TORCH_THREADS", 0)) or len(os.sched_getaffinity(0))
     _set_num_threads(threads)
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
+    from transformers.utils import logging
+    logging.disable_progress_bar()  # transformers' "Loading weights" and "Writing model shards"
     # TF32 matmuls on a GPU where fp32 stays: fp32's range, a 10-bit mantissa
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 

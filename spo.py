@@ -31,8 +31,6 @@ import copy
 import json
 import math
 import os
-import shutil
-import signal
 import sys
 import time
 from typing import NamedTuple
@@ -67,57 +65,54 @@ def parse_args(argv=None):
     add = p.add_argument
     add("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5)")
     add("--objective", choices=["terminal", "nonterminal", "advantage"], default="terminal",
-        help="what is regressed onto the reward (§3.1.2, spo_loss)")
+        help="regressed onto R (§3.1.2)")
     add("--loss", choices=["sq", "ce"], default="sq",
         help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
     add("--eps", type=common.positive_float, default=1e-3,
         help="ce clips Q/beta to <= -eps in the forward pass (paper: 'close to 0')")
-    add("--train-size", type=common.positive_int, default=256, help="training problems a size")
-    add("--problems", type=problems_source, default=None,
-        help="training problems from a JSONL file, `hub` or a hub dataset id")
-    add("--sizes", type=common.int_list, default=None,
-        help="difficulty levels trained on, e.g. 3,4 (Countdown: numbers); default: task's SIZES")
+    add("--train-size", type=common.positive_int, default=256, help="training problems a size; "
+        "fewer than the other scripts' as Q0_hat is estimated for each before training (§3.1.3)")
+    add("--problems", type=problems_source, default=None, help="a JSONL file, `hub` or a hub id")
+    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
     add("--q0-samples", type=common.positive_int, default=64,
         help="samples of pi_0 (T = 1) a training problem for Q0_hat (paper: 800; 64 for CPU time)")
     add("--q0-chunk", type=common.positive_int, default=32, help="problems a Q0 cache update")
     add("--q0-cache", default=None, metavar="FILE", help="another run's q0.jsonl to reuse")
     add("--batch-size", type=common.positive_int, default=256,
         help="sequences (a prompt and its completion) an optimizer step")
-    add("--samples-per-prompt", type=common.positive_int, default=8, help="online samples a prompt")
+    add("--group-size", type=common.positive_int, default=8, help="online samples a prompt")
     add("--online-fraction", type=common.fraction, default=1.0, help="online share (paper: 0.5)")
     add("--offline-data", default=None, metavar="FILE", help="offline trajectories (read_offline)")
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
     add("--top-p", type=common.positive_float, default=1.0, help="nucleus sampling (paper: 0.95)")
-    add("--max-new-tokens", type=common.positive_int, default=64, help="completion budget (tokens)")
+    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=150, help="optimizer steps")
     add("--lr", type=common.positive_float, default=6e-5,
         help="AdamW lr, constant after warm-up: larger rates collapsed the tiny model")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
-    add("--micro-batch", type=common.positive_int, default=64,
-        help="sequences a forward/backward pass")
+    add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
-        "AdamW state, log-softmax fp32): about half a GPU step's memory")
+    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
     add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model pi_0: a folder, a hub id, or `sft` (the newest "
-        "sft.py run of --task); default: that run, trained first by sft.py where there is none")
+    add("--model", default=None, help="start model pi_0: a folder, a hub id, `tiny` (built in, "
+        "untrained) or `sft` (the newest sft.py run of --task); None: that run, made first by "
+        "sft.py if none")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; default: SIZES")
+        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
     add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
     add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
     add("--eval-every", type=common.positive_int, default=75, help="evaluate every N steps")
-    add("--out", default=None, help="run folder (default runs/spo-TASK-TIME)")
+    add("--out", default=None, help="run folder; None: runs/spo-TASK-TIME")
     add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
-    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0,
-        help="seeds the run: its problems, batches and samples")
+        help="stop MIN minutes after the start (evaluate, save)")
+    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 
@@ -290,10 +285,10 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
     return table
 
 
-def q0_hat(engine, task, pool, prompts, ref_model, args, stop) -> torch.Tensor:
+def q0_hat(engine, task, pool, prompts, ref_model, args) -> torch.Tensor:
     """Q0_hat [P] of the pool (§3.1.3) from --q0-samples samples of pi_0 at temperature 1 where
-    neither --q0-cache nor RUN/q0.jsonl has them, rewritten after each chunk; chunk j has its own
-    seed, so a killed estimate resumes with the same draws. Ctrl-C stops after a chunk."""
+    neither --q0-cache nor RUN/q0.jsonl has them; RUN/q0.jsonl is rewritten after each chunk, and
+    chunk j has its own seed, so that the estimate never depends on where it was stopped."""
     cache_file = os.path.join(args.out, "q0.jsonl")
     made_with = q0_made_with(args, args.model_path)
     table = read_q0_cache(args.q0_cache, made_with) if args.q0_cache is not None else {}
@@ -313,13 +308,6 @@ def q0_hat(engine, task, pool, prompts, ref_model, args, stop) -> torch.Tensor:
             wins = sum(task.is_correct(pool[i], s.text) for s in group)
             table[keys[i]] = {"key": keys[i], "successes": wins, **made_with}
         write_jsonl(cache_file, list(table.values()))  # atomically: a kill keeps the old
-        if stop:
-            break
-    write_jsonl(cache_file, list(table.values()))
-    if stop:
-        print(f"interrupted during the Q0 estimate; {cache_file} saved. Resume with: python "
-              f"spo.py --resume {args.out}", file=sys.stderr)
-        raise SystemExit(130)
     counts = torch.tensor([table[key]["successes"] for key in keys])
     return q0_from_successes(counts, torch.full_like(counts, args.q0_samples), args.beta).float()
 
@@ -367,16 +355,16 @@ def fit_offline(rows: list[dict], task, pool, prompts, tokenizer, max_new_tokens
 
 def draw_batch(engine, task, pool, prompts, offline: list[Trajectory], step: int, args):
     """This step's trajectories and temperature ~ U(lo, hi), seeded by (seed, step): the sampler's
-    for round(online_fraction * batch_size / samples_per_prompt) prompts, then uniform draws of
+    for round(online_fraction * batch_size / group_size) prompts, then uniform draws of
     the offline rows for the rest of the batch."""
     rng = np.random.default_rng([args.seed, step])
-    n_prompts = round(args.online_fraction * args.batch_size / args.samples_per_prompt)
+    n_prompts = round(args.online_fraction * args.batch_size / args.group_size)
     n_prompts = min(len(pool), n_prompts)
     temperature = float(rng.uniform(*args.temperature))
     batch = []
     if n_prompts:
         idx = rng.choice(len(pool), n_prompts, replace=False)
-        sc = common.SamplingConfig(n=args.samples_per_prompt, max_new_tokens=args.max_new_tokens,
+        sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
                                    temperature=temperature, top_p=args.top_p)
         for i, group in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
             batch += [Trajectory(prompts[i], s.ids, spo_reward(task, pool[i], s.text), int(i), True)
@@ -484,7 +472,7 @@ def main(argv=None):
         sampler.load_state_dict(run.state["sampler"] or run.state["model"])
     engine = common.make_engine(args.engine, sampler, tokenizer, args.model_path, seed=args.seed)
     t_q0 = time.perf_counter()
-    q0_all = q0_hat(engine, task, pool, prompts, ref_model, args, run.stop)  # §3.1.3, once
+    q0_all = q0_hat(engine, task, pool, prompts, ref_model, args)  # §3.1.3, once
     t_q0 = time.perf_counter() - t_q0
     engine.sync(sampler)
     n_params = sum(p.numel() for p in model.parameters())
@@ -496,7 +484,7 @@ def main(argv=None):
         run.log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": t_q0,
                     "offline_cut": cut, "offline_dropped": dropped})
     done = start  # optimizer steps taken
-    for step in range(start, args.steps):
+    for step in tqdm(range(start, args.steps), "spo", initial=start, total=args.steps):
         t0 = time.perf_counter()
         if step % args.model_update_interval == 0:  # refresh the sampler (§3.2)
             sampler.load_state_dict(model.state_dict())
@@ -508,13 +496,13 @@ def main(argv=None):
         done = step + 1
         row.update(temperature=temperature, sampler_age=step % args.model_update_interval,
                    time_generate=t_gen, time_step=time.perf_counter() - t0)
-        last = done == args.steps or run.out_of_time()
+        last = done == args.steps or time.monotonic() > run.deadline
         if done % args.eval_every == 0 or last:
             row.update(evaluate(engine, model, sampler, task, eval_sets, args))
         run.log(done, row)
         lagging = done % args.model_update_interval != 0  # the sampler is not the policy
-        run.checkpoint(done, due=done % args.save_every == 0 or last,
-                       sampler=sampler.state_dict() if lagging else None)
+        if done % args.save_every == 0 or last:
+            run.checkpoint(done, sampler=sampler.state_dict() if lagging else None)
         if last:
             break
     engine.close()
@@ -523,197 +511,92 @@ def main(argv=None):
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
 class Run:
-    """The run folder: config.json (the flags), checkpoint.pt (the whole state, one dict),
-    metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
-
+    """The run folder: config.json (flags), metrics.jsonl (a row a step), checkpoint.pt (weights,
+    optimizer, RNGs, step) and final/. A kill loses what came after the last checkpoint, no more."""
     def __init__(self, parser, args, keys: set):
-        """--resume's flags, the run folder, its checkpoint (holding `keys`; None: start at 0) and
-        its metrics after that step dropped. Bad input: one line, exit 2, before a model loads."""
-        self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
-        if args.resume is not None:
-            resumed_args(args, parser)
+        """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2."""
+        self.script, self.args, self.state = os.path.basename(__file__), args, None
+        if args.resume is None:
+            args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M")
+            if os.path.exists(os.path.join(args.out, "metrics.jsonl")):
+                parser.error(f"--out {args.out} holds a run already: --resume it or pick another")
+        else:  # one check covers every way a run folder can be wrong
+            path = os.path.join(args.resume, "config.json")
+            try:
+                with open(path) as f:
+                    vars(args).update(json.load(f), resume=args.resume, out=args.resume)
+                args.model = args.model_path  # the start model (`tiny`: the one built in RUN)
+                path = os.path.join(args.out, "checkpoint.pt")
+                self.state = torch.load(path, weights_only=False)
+                if self.state.get("script") != self.script or not keys <= set(self.state):
+                    raise ValueError(f"not a {self.script} checkpoint")
+                path = os.path.join(args.out, "metrics.jsonl")
+                with open(path, "rb") as f:  # the rows after the checkpoint, or torn by a kill, go
+                    size = sum(len(row) for row in f if row.endswith(b"\n")
+                               and json.loads(row)["step"] <= self.state["step"])
+                os.truncate(path, size)
+            except Exception as e:  # torch.load alone raises many kinds
+                parser.error(f"--resume {args.resume}: cannot use {path}: {e!r}")
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
-        args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
-        self.metrics, self.state = os.path.join(args.out, "metrics.jsonl"), None
-        try:
-            if args.resume:
-                self.state = load_checkpoint(args.out, keys | {"rng", "step"})
-                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
-            elif os.path.exists(self.metrics):
-                raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
-                                 f"{args.out} or another --out")
-        except ValueError as e:
-            parser.error(str(e))
 
     def begin(self, **objects) -> int:
-        """Write config.json; on --resume load `objects` (the model, AdamW, ...: the checkpoint's
-        keys) and every RNG. Ctrl-C now stops after a step. Returns the step to start at."""
+        """config.json (a new run), or `objects` and every RNG as saved; the step to start at."""
+        self.objects, self.wall = objects, time.time()
         os.makedirs(self.args.out, exist_ok=True)
-        atomic_write(os.path.join(self.args.out, "config.json"),
-                     json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
-        if self.state:
-            for name, obj in objects.items():
-                obj.load_state_dict(self.state[name])
-            common.set_rng_state(self.state["rng"])
-            step = self.state["step"]
-            print(f"resumed {self.args.out} at step {step}")
-        self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
-        return step
-
-    def on_ctrl_c(self, signum, frame):
-        if self.stop:  # the second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr)
-        self.stop.append(signum)
-
-    def out_of_time(self) -> bool:
-        return time.monotonic() >= self.deadline
+        self.file = open(os.path.join(self.args.out, "metrics.jsonl"), "a", buffering=1)
+        if self.state is None:
+            with open(os.path.join(self.args.out, "config.json"), "w") as f:
+                json.dump(vars(self.args), f, indent=2, default=str)
+            return 0
+        for name, obj in objects.items():  # the model, AdamW, ...
+            obj.load_state_dict(self.state[name])
+        common.set_rng_state(self.state["rng"])
+        return self.state["step"]
 
     def log(self, step: int, row: dict) -> None:
-        """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
-        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
-            self.log_file = open(self.metrics, "a", buffering=1)
-        self.log_file.write(json.dumps(row) + "\n")
-        if step > 0:
-            if self.bar is None:
-                self.bar = tqdm(total=getattr(self.args, "steps", None), initial=step - 1,
-                                desc=self.script[:-3], dynamic_ncols=True)
-            self.bar.update(1)
-            self.bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "reward") if k in row})
-        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        self.file.write(json.dumps(row) + "\n")  # line-buffered: a kill tears the last row at most
+        shown = [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]
         if shown:
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+            tqdm.write(f"step {step}: " + "  ".join(shown))
 
-    def checkpoint(self, step: int, due: bool, **extra) -> None:
-        """When due or after Ctrl-C (then exit 130, saying how to resume): checkpoint.pt, holding
-        the objects given to begin(), every RNG, the step and `extra`."""
-        if due or self.stop:
-            state = {name: obj.state_dict() for name, obj in self.objects.items()}
-            atomic_write(os.path.join(self.args.out, "checkpoint.pt"),
-                         {**state, "rng": common.rng_state(), "step": step, **extra})
-        if self.stop:
-            self.close()
-            print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
-                  f"{self.script} --resume {self.args.out}", file=sys.stderr)
-            raise SystemExit(130)
-
-    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
-        signal.signal(signal.SIGINT, self.previous_handler)
-        for f in (self.log_file, self.bar):
-            if f is not None:
-                f.close()
+    def checkpoint(self, step: int, **extra) -> None:
+        """checkpoint.pt: the objects given to begin(), every RNG, the step and `extra`."""
+        state = {name: obj.state_dict() for name, obj in self.objects.items()}
+        path = os.path.join(self.args.out, "checkpoint.pt")
+        torch.save({**state, **extra, "rng": common.rng_state(), "step": step,
+                    "script": self.script}, path + ".tmp")
+        os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
-        """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
-        self.close()
-        final = os.path.join(self.args.out, "final")
-        model.save_pretrained(final + ".tmp")
-        tokenizer.save_pretrained(final + ".tmp")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(final + ".tmp", final)
+        """final/ (a Hugging Face folder: any script's --model), then the closing lines."""
+        self.file.close()
+        model.save_pretrained(os.path.join(self.args.out, "final"))
+        tokenizer.save_pretrained(os.path.join(self.args.out, "final"))
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 
 
-def atomic_write(path: str, data) -> None:
-    """Text, or torch.save's state, to path.tmp renamed: a kill leaves the old file or the new."""
-    if isinstance(data, str):
-        with open(path + ".tmp", "w") as f:
-            f.write(data)
-    else:
-        torch.save(data, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-RENAMED = {"train_prompts": "train_size"}  # config.json's old names of flags: their new ones
-
-
-def resumed_args(args, parser):
-    """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
-    since take their defaults; another script's run is refused."""
-    try:
-        with open(os.path.join(args.resume, "config.json")) as f:
-            saved = json.load(f)
-        if not isinstance(saved, dict):
-            raise ValueError
-    except (OSError, ValueError):
-        parser.error(f"--resume {args.resume}: no readable config.json there")
-    for old, new in RENAMED.items():  # a run started before a flag was renamed
-        if old in saved:
-            saved[new] = saved.pop(old)
-    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
-    if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"
-                     f" does not know ({', '.join(foreign[:5])}): another script's run")
-    if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
-        saved["model"] = saved.pop("model_path")
-    vars(args).update(saved, resume=args.resume, out=args.resume)
-    return args
-
-
-def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt; None if the run stopped before its first (no final model either: it
-    starts again); ValueError if a finished run lacks it, or it is unreadable or lacks a key."""
-    path = os.path.join(run, "checkpoint.pt")
-    if not os.path.exists(path):
-        if os.path.exists(os.path.join(run, "final")):
-            raise ValueError(f"--resume {run}: no checkpoint.pt beside its final model")
-        print(f"note: {run} stopped before its first checkpoint; starting it again")
-        return None
-    try:
-        state = dict(torch.load(path, weights_only=False))
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise ValueError(f"cannot load checkpoint {path}: unreadable "
-                         f"({type(e).__name__})") from None
-    missing = sorted(keys - set(state))
-    if missing:
-        raise ValueError(f"cannot load checkpoint {path}: no {', '.join(missing)}")
-    return state
-
-
-def keep_metrics_until(path: str, step: int) -> None:
-    """Drop the rows a resumed run logs again (after its checkpoint's step) and a last line torn by
-    a kill mid-write; any other damaged line is a ValueError naming it."""
-    if not os.path.exists(path):  # killed before its first row
-        return
-    with open(path) as f:  # a torn line is the last, the only one without its "\n"
-        lines = [line for line in f if line.endswith("\n")]
-    kept = []
-    for lineno, line in enumerate(lines, 1):
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-    atomic_write(path, "".join(kept))
-
-
 def closing_lines(args, stopped_early: bool) -> list[str]:
-    """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
-    evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""
-    first, last = {}, {}  # "eval3/greedy/accuracy" -> (step, accuracy) at its first and last row
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:
-        for row in map(json.loads, f):
-            for key in [k for k in row if k.startswith("eval") and k.endswith("/accuracy")]:
-                first.setdefault(key, (row["step"], row[key]))
-                last[key] = (row["step"], row[key])
+    """Held-out accuracy per size at the first and last evaluation, the run folder, what next."""
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:  # the rows with evaluations
+        evals = [row for row in map(json.loads, f) if any(k.startswith("eval") for k in row)]
+    first, last = (evals[0], evals[-1]) if evals else ({"step": 0}, {"step": 0})
     script, final = os.path.basename(__file__), os.path.join(args.out, "final")
-    steps = min([s for s, _ in first.values()] or [0]), max([s for s, _ in last.values()] or [0])
-    lines = [f"{script} done. Held-out accuracy (%), step {steps[0]} -> step {steps[1]}:"]
-    for size in dict.fromkeys(key.split("/")[0][len("eval"):] for key in first):
+    lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
+    for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
         cells = []
-        for mode, name in (("greedy", "greedy"), ("sampled", "T = 1")):
+        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
             if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * d[f"eval{size}/{mode}/accuracy"][1] for d in (first, last))
+                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
                 cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
         lines.append(f"  size {size}: " + ", ".join(cells))
     lines.append(f"run folder: {args.out} (final model: {final})")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
-    nxt = "topr.py" if script == "sft.py" else script
-    return lines + [f"next: python {nxt} --task {args.task} --model {final}"]
+    if script == "sft.py":
+        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+    return lines
 
 
 if __name__ == "__main__":

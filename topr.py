@@ -29,10 +29,11 @@ task's rewards (`--reward original|A|B|A+B`) are at most 1, and 1 only for a cor
 term, every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1
 (docs/PAPERS.md).
 
-Algorithm 1, as run here, in main(): for each iteration, 1. sample --n completions of --prompts
-prompts from mu = pi_{it-1} (the SFT model first, [TOPR] §4.3) into RUN/data-IT.jsonl (`--data`
-replaces the first); 2. select (`uniform`, or `anna-karenina`: each prompt's first positive and
-every negative, §4.3); 3. --epochs passes of minibatch updates at a constant lr.
+Algorithm 1, as run here, in main(): for each iteration, 1. sample --group-size completions of
+each of --prompts prompts from mu = pi_{it-1} (the SFT model first, [TOPR] §4.3) into
+RUN/data-IT.jsonl (`--data` replaces the first); 2. select (`uniform`, or `anna-karenina`: each
+prompt's first positive and every negative, §4.3); 3. --epochs passes of minibatch updates at a
+constant lr.
 
 Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
@@ -41,8 +42,6 @@ import argparse
 import json
 import math
 import os
-import shutil
-import signal
 import sys
 import time
 
@@ -69,7 +68,7 @@ PM1 = "pm1"
 # top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 come from
 # default_baseline (Eq. 4). The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on
 # data sampled from A's model.
-REPORT_SETTING = {"iterations": 1, "prompts": 1000, "n": 1, "epochs": 2, "batch_size": 32,
+REPORT_SETTING = {"iterations": 1, "prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 32,
                   "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4}
 
 
@@ -97,25 +96,22 @@ def parse_args(argv=None):
     add = p.add_argument
     # the data (Algorithm 1, first lines)
     add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
-    add("--iterations", type=common.positive_int, default=6,
-        help="generate-then-train rounds; iteration i samples pi_{i-1} ([TOPR] §4.3)")
+    add("--iterations", type=common.positive_int, default=6, help="generate-then-train rounds")
     add("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
-    add("--n", type=common.positive_int, default=8, help="completions per prompt")
-    add("--temperature", type=common.positive_float, default=1.0,
-        help="sampling temperature of mu (LP_mu is stored for the distribution sampled)")
+    add("--group-size", type=common.positive_int, default=8, help="completions a prompt from mu")
+    add("--temperature", type=common.positive_float, default=1.0, help="mu's sampling temperature")
     add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
     add("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
-        help="which samples an iteration keeps (select)")
+        help="which samples are kept (select)")
     add("--keep", type=common.nonnegative_int, default=0, help="samples kept (0: all selected)")
     # the loss
-    add("--loss", choices=list(LIMITS), default="topr",
-        help="topr (Eq. 8), or another method of Table 1 (Eq. 7 with its limits)")
+    add("--loss", choices=list(LIMITS), default="topr", help="Eq. 8, or a Table 1 method (Eq. 7)")
     add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise) or one of --task's rewards: "
         + task_rewards(argv))
     add("--c", type=common.finite_float, default=None, help="baseline, trained on R - c (Eqs. "
         "9-10); None: -0.8 with pm1, 0 with the task's rewards ([CR] Eq. 4)")
     add("--split", type=float, choices=[0.0, 1.0], default=None,
-        help="T- is R - c < split: 0 with pm1 ([TOPR]), 1 with the task's rewards")
+        help="T- is R - c < split; None: 0 with pm1 ([TOPR]), else 1")
     add("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
         help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
     add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
@@ -125,42 +121,33 @@ def parse_args(argv=None):
         "([TOPR]); the best on the tiny model (docs/RESULTS-topr-report.md)")
     add("--report-variant", choices=["original", "A", "A+B"], default=None,
         help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
-    add("--micro-batch", type=common.positive_int, default=64,
-        help="sequences a forward/backward pass: memory only")
+    add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="forward and backward under bf16 autocast (weights, "
-        "AdamW state, log-softmax fp32): about half a GPU step's memory")
-    add("--grad-checkpoint", action="store_true",
-        help="recompute each layer's activations in backward: far less memory")
+    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
+    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     # the problems, the model, generation and evaluation
     add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model, the first mu: a folder, a hub id, or `sft` "
-        "(the newest sft.py run of --task); default: that run, trained first with sft.py's "
-        "defaults where there is none")
-    add("--problems", type=problems_source, default=None,
-        help="training problems from a JSONL file, `hub` or a hub dataset id")
+    add("--model", default=None, help="start model, the first mu: a folder, a hub id, `tiny` "
+        "(built in, untrained) or `sft` (the newest sft.py run of --task); None: that run, made "
+        "first by sft.py if none")
+    add("--problems", type=problems_source, default=None, help="a JSONL file, `hub` or a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
-    add("--sizes", type=common.int_list, default=None, help="difficulty levels trained on "
-        "(Countdown: numbers a puzzle), e.g. 3,4; default: the task's SIZES")
-    add("--max-new-tokens", type=common.positive_int, default=64,
-        help="completion budget in tokens, EOS included")
+    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
+    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU; kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None,
-        help="held-out difficulty levels; default: the task's SIZES")
+        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
+    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
     add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
     add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
-    add("--eval-every", type=common.nonnegative_int, default=0,
-        help="also evaluate every N steps (0: after each iteration only)")
+    add("--eval-every", type=common.nonnegative_int, default=0, help="also evaluate every N steps")
     # the run
-    add("--out", default=None, help="run folder (default runs/topr-TASK-TIME)")
+    add("--out", default=None, help="run folder; None: runs/topr-TASK-TIME")
     add("--save-every", type=common.positive_int, default=100,
-        help="checkpoint every N steps (and after every epoch)")
-    add("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR")
+        help="checkpoint every N steps (and each epoch's end)")
+    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop training MIN minutes after the start (then evaluate and save)")
-    add("--seed", type=common.nonnegative_int, default=0,
-        help="seeds the run: its problems, batches and samples")
+        help="stop MIN minutes after the start (evaluate, save)")
+    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
     if args.report_variant:  # the report's setting becomes the defaults
@@ -287,7 +274,7 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
     """n samples per prompt from the engine's current weights (mu), with their behaviour log-probs
     and their reward under `variant` (training recomputes rewards from the text: a file serves any
     variant)."""
-    sc = common.SamplingConfig(n=args.n, max_new_tokens=args.max_new_tokens,
+    sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, top_p=args.top_p)
     mu = f"iteration {iteration} policy, T={args.temperature} top_p={args.top_p}"
     rows = []
@@ -305,8 +292,8 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
 
 
 def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> list[dict]:
-    """Algorithm 1's sampling: --n completions of --prompts prompts from mu = pi_{it-1} (the
-    current weights), seeded by the iteration alone, written to RUN/data-IT.jsonl."""
+    """Algorithm 1's sampling: --group-size completions of --prompts prompts from mu = pi_{it-1}
+    (the current weights), seeded by the iteration alone, written to RUN/data-IT.jsonl."""
     t0 = time.perf_counter()
     model.eval()
     engine.sync(model)
@@ -552,7 +539,8 @@ def main(argv=None):
             rewards, neg = epoch_rewards(data_it, it, epoch, task, args, show=batch0 == 0)
             order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data_it))
             batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
-            for b in range(batch0, len(batches)):  # 3. the updates, at a constant lr
+            for b in tqdm(range(batch0, len(batches)), f"iteration {it} epoch {epoch}",
+                          initial=batch0, total=len(batches)):  # 3. the updates, constant lr
                 t0, idx = time.perf_counter(), batches[b]
                 row = topr_step(model, optimizer, [data_it[i] for i in idx],
                                 [rewards[i] for i in idx], args, tokenizer.pad_token_id, step + 1)
@@ -561,13 +549,13 @@ def main(argv=None):
                            time_step=time.perf_counter() - t0)
                 epoch_done = b + 1 == len(batches)
                 iteration_done = epoch_done and epoch + 1 == args.epochs
-                out_of_time = run.out_of_time()
+                out_of_time = time.monotonic() > run.deadline
                 if (args.eval_every and step % args.eval_every == 0) or out_of_time \
                         or iteration_done:
                     row.update(evaluate(engine, model, task, eval_sets, args))
                 run.log(step, row)
-                run.checkpoint(step, due=step % args.save_every == 0 or epoch_done or out_of_time,
-                               next=(it, epoch, b + 1))  # where the next step stands
+                if step % args.save_every == 0 or epoch_done or out_of_time:
+                    run.checkpoint(step, next=(it, epoch, b + 1))  # where the next step stands
                 if out_of_time:
                     engine.close()
                     finished = iteration_done and it + 1 == args.iterations
@@ -580,197 +568,92 @@ def main(argv=None):
 
 # ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
 class Run:
-    """The run folder: config.json (the flags), checkpoint.pt (the whole state, one dict),
-    metrics.jsonl (a JSON row a step) and final/ (the model). --resume continues it exactly."""
-
+    """The run folder: config.json (flags), metrics.jsonl (a row a step), checkpoint.pt (weights,
+    optimizer, RNGs, step) and final/. A kill loses what came after the last checkpoint, no more."""
     def __init__(self, parser, args, keys: set):
-        """--resume's flags, the run folder, its checkpoint (holding `keys`; None: start at 0) and
-        its metrics after that step dropped. Bad input: one line, exit 2, before a model loads."""
-        self.script, self.args, self.stop, self.bar = os.path.basename(__file__), args, [], None
-        if args.resume is not None:
-            resumed_args(args, parser)
+        """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2."""
+        self.script, self.args, self.state = os.path.basename(__file__), args, None
+        if args.resume is None:
+            args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M")
+            if os.path.exists(os.path.join(args.out, "metrics.jsonl")):
+                parser.error(f"--out {args.out} holds a run already: --resume it or pick another")
+        else:  # one check covers every way a run folder can be wrong
+            path = os.path.join(args.resume, "config.json")
+            try:
+                with open(path) as f:
+                    vars(args).update(json.load(f), resume=args.resume, out=args.resume)
+                args.model = args.model_path  # the start model (`tiny`: the one built in RUN)
+                path = os.path.join(args.out, "checkpoint.pt")
+                self.state = torch.load(path, weights_only=False)
+                if self.state.get("script") != self.script or not keys <= set(self.state):
+                    raise ValueError(f"not a {self.script} checkpoint")
+                path = os.path.join(args.out, "metrics.jsonl")
+                with open(path, "rb") as f:  # the rows after the checkpoint, or torn by a kill, go
+                    size = sum(len(row) for row in f if row.endswith(b"\n")
+                               and json.loads(row)["step"] <= self.state["step"])
+                os.truncate(path, size)
+            except Exception as e:  # torch.load alone raises many kinds
+                parser.error(f"--resume {args.resume}: cannot use {path}: {e!r}")
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
-        args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
-        self.metrics, self.state = os.path.join(args.out, "metrics.jsonl"), None
-        try:
-            if args.resume:
-                self.state = load_checkpoint(args.out, keys | {"rng", "step"})
-                keep_metrics_until(self.metrics, self.state["step"] if self.state else -1)
-            elif os.path.exists(self.metrics):
-                raise ValueError(f"run folder {args.out} already holds a run; pass --resume "
-                                 f"{args.out} or another --out")
-        except ValueError as e:
-            parser.error(str(e))
 
     def begin(self, **objects) -> int:
-        """Write config.json; on --resume load `objects` (the model, AdamW, ...: the checkpoint's
-        keys) and every RNG. Ctrl-C now stops after a step. Returns the step to start at."""
+        """config.json (a new run), or `objects` and every RNG as saved; the step to start at."""
+        self.objects, self.wall = objects, time.time()
         os.makedirs(self.args.out, exist_ok=True)
-        atomic_write(os.path.join(self.args.out, "config.json"),
-                     json.dumps(vars(self.args), indent=2, default=str))
-        self.objects, self.wall, self.log_file, step = objects, time.time(), None, 0
-        if self.state:
-            for name, obj in objects.items():
-                obj.load_state_dict(self.state[name])
-            common.set_rng_state(self.state["rng"])
-            step = self.state["step"]
-            print(f"resumed {self.args.out} at step {step}")
-        self.previous_handler = signal.signal(signal.SIGINT, self.on_ctrl_c)
-        return step
-
-    def on_ctrl_c(self, signum, frame):
-        if self.stop:  # the second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        print("\nCtrl-C: stopping after this step (again: at once)", file=sys.stderr)
-        self.stop.append(signum)
-
-    def out_of_time(self) -> bool:
-        return time.monotonic() >= self.deadline
+        self.file = open(os.path.join(self.args.out, "metrics.jsonl"), "a", buffering=1)
+        if self.state is None:
+            with open(os.path.join(self.args.out, "config.json"), "w") as f:
+                json.dump(vars(self.args), f, indent=2, default=str)
+            return 0
+        for name, obj in objects.items():  # the model, AdamW, ...
+            obj.load_state_dict(self.state[name])
+        common.set_rng_state(self.state["rng"])
+        return self.state["step"]
 
     def log(self, step: int, row: dict) -> None:
-        """A row of metrics.jsonl, the progress bar, and a line of accuracies when evaluated."""
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
-        if self.log_file is None:  # opened at the first row; line-buffered: a kill tears one
-            self.log_file = open(self.metrics, "a", buffering=1)
-        self.log_file.write(json.dumps(row) + "\n")
-        if step > 0:
-            if self.bar is None:
-                self.bar = tqdm(total=getattr(self.args, "steps", None), initial=step - 1,
-                                desc=self.script[:-3], dynamic_ncols=True)
-            self.bar.update(1)
-            self.bar.set_postfix({k: f"{row[k]:.3g}" for k in ("loss", "reward") if k in row})
-        shown = [k for k in row if k.startswith("eval") and k.endswith("accuracy")]
+        self.file.write(json.dumps(row) + "\n")  # line-buffered: a kill tears the last row at most
+        shown = [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]
         if shown:
-            tqdm.write(f"step {step}: " + "  ".join(f"{k}={row[k]:.3f}" for k in shown))
+            tqdm.write(f"step {step}: " + "  ".join(shown))
 
-    def checkpoint(self, step: int, due: bool, **extra) -> None:
-        """When due or after Ctrl-C (then exit 130, saying how to resume): checkpoint.pt, holding
-        the objects given to begin(), every RNG, the step and `extra`."""
-        if due or self.stop:
-            state = {name: obj.state_dict() for name, obj in self.objects.items()}
-            atomic_write(os.path.join(self.args.out, "checkpoint.pt"),
-                         {**state, "rng": common.rng_state(), "step": step, **extra})
-        if self.stop:
-            self.close()
-            print(f"interrupted at step {step}; checkpoint saved. Resume with: python "
-                  f"{self.script} --resume {self.args.out}", file=sys.stderr)
-            raise SystemExit(130)
-
-    def close(self) -> None:  # the metrics file, the progress bar, Ctrl-C's usual handler back
-        signal.signal(signal.SIGINT, self.previous_handler)
-        for f in (self.log_file, self.bar):
-            if f is not None:
-                f.close()
+    def checkpoint(self, step: int, **extra) -> None:
+        """checkpoint.pt: the objects given to begin(), every RNG, the step and `extra`."""
+        state = {name: obj.state_dict() for name, obj in self.objects.items()}
+        path = os.path.join(self.args.out, "checkpoint.pt")
+        torch.save({**state, **extra, "rng": common.rng_state(), "step": step,
+                    "script": self.script}, path + ".tmp")
+        os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
-        """final/ (a Hugging Face folder: the next script's --model), then the closing lines."""
-        self.close()
-        final = os.path.join(self.args.out, "final")
-        model.save_pretrained(final + ".tmp")
-        tokenizer.save_pretrained(final + ".tmp")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(final + ".tmp", final)
+        """final/ (a Hugging Face folder: any script's --model), then the closing lines."""
+        self.file.close()
+        model.save_pretrained(os.path.join(self.args.out, "final"))
+        tokenizer.save_pretrained(os.path.join(self.args.out, "final"))
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 
 
-def atomic_write(path: str, data) -> None:
-    """Text, or torch.save's state, to path.tmp renamed: a kill leaves the old file or the new."""
-    if isinstance(data, str):
-        with open(path + ".tmp", "w") as f:
-            f.write(data)
-    else:
-        torch.save(data, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-RENAMED = {"train_prompts": "train_size"}  # config.json's old names of flags: their new ones
-
-
-def resumed_args(args, parser):
-    """--resume RUN: the flags RUN/config.json holds, so that it goes on as it began; flags added
-    since take their defaults; another script's run is refused."""
-    try:
-        with open(os.path.join(args.resume, "config.json")) as f:
-            saved = json.load(f)
-        if not isinstance(saved, dict):
-            raise ValueError
-    except (OSError, ValueError):
-        parser.error(f"--resume {args.resume}: no readable config.json there")
-    for old, new in RENAMED.items():  # a run started before a flag was renamed
-        if old in saved:
-            saved[new] = saved.pop(old)
-    foreign = sorted(set(saved) - set(vars(args)) - {"model_path"})
-    if foreign:
-        parser.error(f"--resume {args.resume}: config.json has flags {os.path.basename(__file__)}"
-                     f" does not know ({', '.join(foreign[:5])}): another script's run")
-    if "model_path" in saved:  # the model it started from (`tiny`: the one built in RUN)
-        saved["model"] = saved.pop("model_path")
-    vars(args).update(saved, resume=args.resume, out=args.resume)
-    return args
-
-
-def load_checkpoint(run: str, keys: set) -> dict | None:
-    """RUN/checkpoint.pt; None if the run stopped before its first (no final model either: it
-    starts again); ValueError if a finished run lacks it, or it is unreadable or lacks a key."""
-    path = os.path.join(run, "checkpoint.pt")
-    if not os.path.exists(path):
-        if os.path.exists(os.path.join(run, "final")):
-            raise ValueError(f"--resume {run}: no checkpoint.pt beside its final model")
-        print(f"note: {run} stopped before its first checkpoint; starting it again")
-        return None
-    try:
-        state = dict(torch.load(path, weights_only=False))
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise ValueError(f"cannot load checkpoint {path}: unreadable "
-                         f"({type(e).__name__})") from None
-    missing = sorted(keys - set(state))
-    if missing:
-        raise ValueError(f"cannot load checkpoint {path}: no {', '.join(missing)}")
-    return state
-
-
-def keep_metrics_until(path: str, step: int) -> None:
-    """Drop the rows a resumed run logs again (after its checkpoint's step) and a last line torn by
-    a kill mid-write; any other damaged line is a ValueError naming it."""
-    if not os.path.exists(path):  # killed before its first row
-        return
-    with open(path) as f:  # a torn line is the last, the only one without its "\n"
-        lines = [line for line in f if line.endswith("\n")]
-    kept = []
-    for lineno, line in enumerate(lines, 1):
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{path}:{lineno}: bad JSON; not a run's metrics file") from None
-    atomic_write(path, "".join(kept))
-
-
 def closing_lines(args, stopped_early: bool) -> list[str]:
-    """The run's last lines: held-out accuracy per size, greedy and T = 1, at its first and last
-    evaluation (metrics.jsonl) with the change in points; the run folder; what comes next."""
-    first, last = {}, {}  # "eval3/greedy/accuracy" -> (step, accuracy) at its first and last row
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:
-        for row in map(json.loads, f):
-            for key in [k for k in row if k.startswith("eval") and k.endswith("/accuracy")]:
-                first.setdefault(key, (row["step"], row[key]))
-                last[key] = (row["step"], row[key])
+    """Held-out accuracy per size at the first and last evaluation, the run folder, what next."""
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:  # the rows with evaluations
+        evals = [row for row in map(json.loads, f) if any(k.startswith("eval") for k in row)]
+    first, last = (evals[0], evals[-1]) if evals else ({"step": 0}, {"step": 0})
     script, final = os.path.basename(__file__), os.path.join(args.out, "final")
-    steps = min([s for s, _ in first.values()] or [0]), max([s for s, _ in last.values()] or [0])
-    lines = [f"{script} done. Held-out accuracy (%), step {steps[0]} -> step {steps[1]}:"]
-    for size in dict.fromkeys(key.split("/")[0][len("eval"):] for key in first):
+    lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
+    for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
         cells = []
-        for mode, name in (("greedy", "greedy"), ("sampled", "T = 1")):
+        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
             if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * d[f"eval{size}/{mode}/accuracy"][1] for d in (first, last))
+                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
                 cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
         lines.append(f"  size {size}: " + ", ".join(cells))
     lines.append(f"run folder: {args.out} (final model: {final})")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
-    nxt = "topr.py" if script == "sft.py" else script
-    return lines + [f"next: python {nxt} --task {args.task} --model {final}"]
+    if script == "sft.py":
+        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+    return lines
 
 
 if __name__ == "__main__":

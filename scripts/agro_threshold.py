@@ -7,7 +7,8 @@ prompt's correct answers only if its success rate p exceeds 1/2 - beta/|r_correc
 model k times at temperature 1, and prints, for each beta, the share of prompts below the
 threshold: the prompts that the likelihood-ratio term pushes towards p = 0.
 
-    python scripts/agro_threshold.py --model runs/sft-countdown-.../final --prompts 256 --k 64
+    python scripts/agro_threshold.py --model runs/sft-countdown-.../final --prompts 256 \
+        --group-size 64
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def main(argv=None):
                         "default: the task's SIZES")
     p.add_argument("--prompts", type=common.positive_int, default=256,
                    help="training prompts a size")
-    p.add_argument("--k", type=common.positive_int, default=64, help="samples a prompt")
+    p.add_argument("--group-size", type=common.positive_int, default=64, help="samples a prompt")
     p.add_argument("--betas", default="0.1,0.2,0.3,0.4,0.5", help="comma-separated")
     p.add_argument("--reward", default="original", help="reward variant: sets r_correct - r_wrong")
     p.add_argument("--seed", type=int, default=0)
@@ -57,7 +58,7 @@ def main(argv=None):
     common.setup(args.seed, args.threads)
     gap = task.REWARDS[args.reward]["correct"] - task.REWARDS[args.reward]["wrong"]
     engine = common.HFEngine(model, tokenizer)
-    sc = common.SamplingConfig(n=args.k, seed=args.seed)
+    sc = common.SamplingConfig(n=args.group_size, seed=args.seed)
     print(f"threshold p > 1/2 - beta/{gap:g} (reward {args.reward}); share of prompts below it, "
           "by beta:")
     print("| size | mean p | "

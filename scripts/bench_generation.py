@@ -32,7 +32,7 @@ def main():
     p.add_argument("--model", default="tiny")
     p.add_argument("--task", default="countdown")
     p.add_argument("--prompts", type=common.positive_int, default=200)
-    p.add_argument("--n", type=common.positive_int, default=8, help="samples per prompt")
+    p.add_argument("--group-size", type=common.positive_int, default=8, help="samples a prompt")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=64)
     p.add_argument("--repeats", type=common.positive_int, default=3,
                    help="timed repeats (best is kept)")
@@ -49,7 +49,7 @@ def main():
     problems = task.get_problems("test", args.prompts, size=3)
     prompts = common.encode_prompts(task, problems, tok, common.prompt_style(model, tok))
 
-    modes = {"sampled": common.SamplingConfig(args.n, args.max_new_tokens, 1.0, seed=0),
+    modes = {"sampled": common.SamplingConfig(args.group_size, args.max_new_tokens, 1.0, seed=0),
              "greedy": common.SamplingConfig(1, args.max_new_tokens, 0.0)}
     best, tokens = {}, {}
 
@@ -80,7 +80,7 @@ def main():
         print(f"{name:5s} {mode:8s} {tokens[name, mode]:7d} tokens in {seconds:6.2f}s = "
               f"{rate[name, mode]:9.0f} tok/s")
     print(f"\nmodel {args.model}: {common.count_parameters(model) / 1e6:.2f}M parameters, "
-          f"{args.prompts} prompts x n={args.n}, max {args.max_new_tokens} new tokens, "
+          f"{args.prompts} prompts x n={args.group_size}, max {args.max_new_tokens} new tokens, "
           f"{common.torch.get_num_threads()} torch thread(s)")
     for mode in modes:
         line = "  ".join(f"{name}/hf = {rate[name, mode] / rate['hf', mode]:.2f}x"

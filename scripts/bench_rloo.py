@@ -123,7 +123,8 @@ def one_trl(args) -> dict:
             ends.append((time.perf_counter(), clock.parts["generate"]))
     config = RLOOConfig(
         output_dir=os.path.join(args.tmp, "trl"), max_steps=args.steps + 1,
-        per_device_train_batch_size=rargs.prompts * rargs.k, num_generations=rargs.k,
+        per_device_train_batch_size=rargs.prompts * rargs.group_size,
+        num_generations=rargs.group_size,
         max_completion_length=rargs.max_new_tokens, temperature=1.0, learning_rate=rargs.lr,
         warmup_steps=rargs.warmup, lr_scheduler_type="constant_with_warmup", max_grad_norm=1.0,
         weight_decay=0.0, beta=0.0, seed=rargs.seed, report_to=[],
@@ -136,7 +137,7 @@ def one_trl(args) -> dict:
         "generate", trainer._generate_and_score_completions)
     trainer.train()
     (t0, g0), (t1, g1), n = ends[0], ends[-1], len(ends) - 1  # the steps after the warm-up one
-    batch = rargs.prompts * rargs.k
+    batch = rargs.prompts * rargs.group_size
     return {"step": (t1 - t0) / n, "generate": (g1 - g0) / n,
             "generated": batch, "trained": batch, "only": ["generate"],
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

@@ -94,8 +94,8 @@ def rloo_step_peak(model, ref, tok, args, flags: list[str]) -> tuple[int | None,
         prompt = torch.randint(10, high, (100,), generator=g).tolist()
         samples = [common.Sample(prompt, torch.randint(10, high, (args.step_tokens,),
                                                        generator=g).tolist(), "",
-                                 [0.0] * args.step_tokens, False) for _ in range(rargs.k)]
-        groups.append(rloo.Group({}, samples, [1.0, 0.0, 0.0, 1.0][:rargs.k]))
+                                 [0.0] * args.step_tokens, False) for _ in range(rargs.group_size)]
+        groups.append(rloo.Group({}, samples, [1.0, 0.0, 0.0, 1.0][:rargs.group_size]))
     if rargs.grad_checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7, weight_decay=0.0)
@@ -121,7 +121,7 @@ def main():
     p.add_argument("--model", default=None,
                    help="default: the cached real model, else the stand-in")
     p.add_argument("--prompts", type=common.positive_int, default=64)
-    p.add_argument("--n", type=common.positive_int, default=8, help="samples per prompt")
+    p.add_argument("--group-size", type=common.positive_int, default=8, help="samples a prompt")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=128)
     p.add_argument("--step-tokens", type=common.positive_int, default=512,
                    help="completion length of the measured rloo.py step (the README's GPU budget)")
@@ -168,7 +168,7 @@ def main():
 
     problems = countdown.get_problems("test", args.prompts, size=3)
     prompts = common.encode_prompts(countdown, problems, tok, common.prompt_style(model, tok))
-    sc = common.SamplingConfig(args.n, args.max_new_tokens, 1.0)
+    sc = common.SamplingConfig(args.group_size, args.max_new_tokens, 1.0)
     engines = {"kv": common.KVEngine(model, tok), "hf": common.HFEngine(model, tok)}
     # the trainer's peaks first: once the engine is in this process, torch counts its memory too
     ref = common.load_model(path, device=model.device)[0].requires_grad_(False)
@@ -199,7 +199,8 @@ def main():
     rates = {name: rate(e, prompts, sc) for name, e in engines.items()}
     say("tokens/s", ", ".join(f"{name} {r:,.0f} ({r / rates['hf']:.2f}x hf)"
                               for name, r in rates.items())
-        + f"; {args.prompts} prompts x {args.n}, <= {args.max_new_tokens} new tokens, T = 1")
+        + f"; {args.prompts} prompts x {args.group_size}, <= {args.max_new_tokens} new tokens, "
+        "T = 1")
 
     if has_vllm:
         with torch.no_grad():

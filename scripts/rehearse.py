@@ -31,22 +31,23 @@ EVAL = ["--eval-size", "4", "--eval-k", "2", "--max-new-tokens", "16", "--sizes"
 BUDGETS = {  # a step or two each: enough to sample, sync, train, evaluate and save
     "sft": ["--steps", "4", "--batch-size", "8", "--train-size", "32", "--eval-every", "4"],
     "sft --data": ["--steps", "4", "--batch-size", "4", "--eval-every", "4"],
-    "rloo": ["--steps", "2", "--prompts", "4", "--k", "2", "--micro-batch", "8",
+    "rloo": ["--steps", "2", "--prompts", "4", "--group-size", "2", "--micro-batch", "8",
              "--eval-every", "2", "--save-every", "2", "--train-size", "64"],
-    "topr": ["--iterations", "1", "--prompts", "4", "--n", "2", "--batch-size", "8",
+    "topr": ["--iterations", "1", "--prompts", "4", "--group-size", "2", "--batch-size", "8",
              "--micro-batch", "8", "--train-size", "64"],
-    "agro": ["--steps", "2", "--prompts", "4", "--n", "2", "--offline-prompts", "8",
+    "agro": ["--steps", "2", "--prompts", "4", "--group-size", "2", "--offline-prompts", "8",
              "--micro-batch", "8", "--eval-every", "2", "--save-every", "2", "--train-size", "64"],
     "spo": ["--steps", "2", "--train-size", "4", "--batch-size", "8",
-            "--samples-per-prompt", "2", "--micro-batch", "8", "--eval-every", "2",
+            "--group-size", "2", "--micro-batch", "8", "--eval-every", "2",
             "--save-every", "2"],
 }
 
 
 # with --from-sft: 64 new tokens (the tiny model's answers are 30-40 characters), more samples
-FROM_SFT = {"rloo": ["--prompts", "16", "--k", "4"], "topr": ["--prompts", "16", "--n", "4"],
-            "agro": ["--prompts", "16", "--n", "4", "--offline-prompts", "16"],
-            "spo": ["--train-size", "16", "--samples-per-prompt", "4", "--batch-size", "32"]}
+FROM_SFT = {"rloo": ["--prompts", "16", "--group-size", "4"],
+            "topr": ["--prompts", "16", "--group-size", "4"],
+            "agro": ["--prompts", "16", "--group-size", "4", "--offline-prompts", "16"],
+            "spo": ["--train-size", "16", "--group-size", "4", "--batch-size", "32"]}
 
 
 def pairs_file(path: str) -> str:

@@ -46,8 +46,8 @@ def main():
     p.add_argument("--model", default="sft")
     p.add_argument("--out", default=os.path.join(
         "runs", f"topr-experiments-{time.strftime('%Y%m%d-%H%M%S')}"))
-    p.add_argument("--prompts", default="500", help="prompts sampled once (x --n samples)")
-    p.add_argument("--n", default="8")
+    p.add_argument("--prompts", default="500", help="prompts sampled once (x --group-size samples)")
+    p.add_argument("--group-size", default="8", help="completions a prompt")
     p.add_argument("--sizes", default="3,4",
                    help="difficulty levels of the dataset and of the evaluation (the first two "
                         "are tabulated)")
@@ -66,10 +66,11 @@ def main():
     cs = [float(c) for c in args.c.split(",")]
     mains = [float(c) for c in args.c_main.split(",")]
     s1, s2 = (args.sizes.split(",") * 2)[:2]
-    steps_per_epoch = math.ceil(int(args.prompts) * int(args.n) / args.batch_size)
+    steps_per_epoch = math.ceil(int(args.prompts) * int(args.group_size) / args.batch_size)
     shared = ["--model", args.model, "--engine", args.engine, "--reward", "pm1",
               "--iterations", "1", "--epochs", str(args.epochs), "--prompts", args.prompts,
-              "--n", args.n, "--lr", args.lr, "--sizes", args.sizes, "--eval-sizes", args.sizes,
+              "--group-size", args.group_size, "--lr", args.lr, "--sizes", args.sizes,
+              "--eval-sizes", args.sizes,
               "--batch-size", str(args.batch_size), "--eval-every", str(steps_per_epoch),
               "--eval-size", args.eval_size, "--eval-k", args.eval_k] + extra
     os.makedirs(args.out, exist_ok=True)
@@ -96,8 +97,9 @@ def main():
     p_true = sum(r["grade"] == "correct" for r in rows) / len(rows)
     a1, a2, f1 = f"eval{s1}/sampled/accuracy", f"eval{s2}/sampled/accuracy", \
         f"eval{s1}/sampled/format_rate"
-    lines = [f"Dataset: {len(rows)} samples of {args.prompts} training prompts x {args.n} from the "
-             f"SFT model (T=1), {100 * p_true:.1f}% correct; reward +1/-1; {args.epochs} epochs, "
+    lines = [f"Dataset: {len(rows)} samples of {args.prompts} training prompts x "
+             f"{args.group_size} from the SFT model (T=1), {100 * p_true:.1f}% correct; "
+             f"reward +1/-1; {args.epochs} epochs, "
              f"lr {args.lr}, batch {args.batch_size}. Held-out puzzles, sampled at T=1 "
              f"({args.eval_k} per puzzle)."]
     for cm in mains:
