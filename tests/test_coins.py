@@ -233,14 +233,14 @@ def test_registered_with_the_whole_interface():
 SMALL = ["--task", "coins", "--threads", "1", "--seed", "0", "--max-new-tokens", "12",
          "--eval-size", "3", "--eval-k", "1", "--sizes", "3", "--eval-sizes", "3"]
 SCRIPTS = {  # script -> its flags for a run of a few steps
-    "rloo": ["--engine", "kv", "--steps", "2", "--prompts", "2", "--k", "2", "--train-size", "20",
-             "--eval-every", "1000"],
-    "topr": ["--engine", "hf", "--iterations", "1", "--epochs", "1", "--prompts", "4", "--n", "2",
-             "--batch-size", "4", "--train-size", "20", "--reward", "graded"],
-    "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2", "--n", "3",
+    "rloo": ["--engine", "kv", "--steps", "2", "--prompts", "2", "--group-size", "2",
              "--train-size", "20", "--eval-every", "1000"],
+    "topr": ["--engine", "hf", "--iterations", "1", "--epochs", "1", "--prompts", "4",
+             "--group-size", "2", "--batch-size", "4", "--train-size", "20", "--reward", "graded"],
+    "agro": ["--engine", "hf", "--mode", "onpolicy", "--steps", "2", "--prompts", "2",
+             "--group-size", "3", "--train-size", "20", "--eval-every", "1000"],
     "spo": ["--engine", "kv", "--steps", "2", "--train-size", "4", "--q0-samples", "2",
-            "--batch-size", "4", "--samples-per-prompt", "2", "--warmup", "1",
+            "--batch-size", "4", "--group-size", "2", "--warmup", "1",
             "--eval-every", "1000"],
 }
 

@@ -63,13 +63,13 @@ EVAL = ["--task", "parity", "--model", "tiny", "--eval-size", "4", "--eval-k", "
         "--max-new-tokens", "12", "--threads", "1"]
 SCRIPTS = {  # a step or two of each
     "sft": (sft, ["--steps", "2", "--batch-size", "4", "--train-size", "8", "--eval-every", "2"]),
-    "rloo": (rloo, ["--steps", "1", "--prompts", "2", "--k", "2", "--train-size", "8"]),
-    "topr": (topr, ["--iterations", "1", "--prompts", "2", "--n", "2", "--batch-size", "4",
+    "rloo": (rloo, ["--steps", "1", "--prompts", "2", "--group-size", "2", "--train-size", "8"]),
+    "topr": (topr, ["--iterations", "1", "--prompts", "2", "--group-size", "2", "--batch-size", "4",
                     "--train-size", "8"]),
-    "agro": (agro, ["--steps", "1", "--prompts", "2", "--n", "2", "--offline-prompts", "2",
+    "agro": (agro, ["--steps", "1", "--prompts", "2", "--group-size", "2", "--offline-prompts", "2",
                     "--train-size", "8"]),
     "spo": (spo, ["--steps", "1", "--train-size", "2", "--batch-size", "4",
-                  "--samples-per-prompt", "2"]),
+                  "--group-size", "2"]),
 }
 
 

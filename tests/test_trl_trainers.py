@@ -244,7 +244,7 @@ def _topr_file(weak_sft, tmp_path):
     model, tok = common.load_model(weak_sft)
     problems = SUMS[::13][:6]
     prompts = common.encode_prompts(countdown, problems, tok, "compact")
-    args = SimpleNamespace(n=2, max_new_tokens=24, temperature=1.0, top_p=1.0)
+    args = SimpleNamespace(group_size=2, max_new_tokens=24, temperature=1.0, top_p=1.0)
     rows = topr.generate_rows(common.HFEngine(model, tok), countdown, problems, prompts, tok, args,
                               0, "pm1")
     files.write_jsonl(str(tmp_path / "data-0.jsonl"), rows)
@@ -332,7 +332,7 @@ def test_agro_offline_trainer_loss_and_gradient_equal_agro_step(weak_sft, tiny_p
 
     def script_step(beta, loss_norm, sign=1):  # agro.py's optimizer step, micro-batches of 3
         args = SimpleNamespace(
-            bf16=False, loss="agro", n=n, micro_batch=3, loss_norm=loss_norm, beta=beta,
+            bf16=False, loss="agro", group_size=n, micro_batch=3, loss_norm=loss_norm, beta=beta,
                                lambda_lr=1.0, lr_baseline="var", clip=1e9, lr=0.0, warmup=0)
         batch = [g._replace(rewards=[sign * r for r in g.rewards]) for g in groups]
         model = _float64(weak_sft)

@@ -152,11 +152,11 @@ def test_starting_the_engine_keeps_the_random_state_and_runs_in_process(tiny_pat
 SUMS_FILE = [{"nums": [a, b], "target": a + b} for a in range(1, 10) for b in range(1, 10)]
 RESUME_RUNS = {
     "rloo": (["--max-new-tokens", "24", "--eval-every", "3", "--eval-size", "4", "--eval-k", "2",
-              "--sizes", "3", "--eval-sizes", "3", "--prompts", "4", "--k", "4", "--lr", "5e-4",
-              "--steps", "6", "--save-every", "2", "--beta", "0.1"], 2),
-    "topr": (["--sizes", "3", "--eval-sizes", "3", "--prompts", "6", "--n", "4", "--train-size",
-              "50", "--max-new-tokens", "12", "--batch-size", "8", "--eval-size", "3", "--eval-k",
-              "2", "--lr", "1e-3", "--iterations", "2", "--save-every", "2"], 4),
+              "--sizes", "3", "--eval-sizes", "3", "--prompts", "4", "--group-size", "4",
+              "--lr", "5e-4", "--steps", "6", "--save-every", "2", "--beta", "0.1"], 2),
+    "topr": (["--sizes", "3", "--eval-sizes", "3", "--prompts", "6", "--group-size", "4",
+              "--train-size", "50", "--max-new-tokens", "12", "--batch-size", "8", "--eval-size",
+              "3", "--eval-k", "2", "--lr", "1e-3", "--iterations", "2", "--save-every", "2"], 4),
 }
 
 
