@@ -33,18 +33,16 @@ For each prompt take n >= 2 completions y_1..y_n, and with h_i = sg(log pi(y_i) 
       two or more tokens its expectation is not the gradient of Eq. 1 (docs/DERIVATIONS.md).
 
 Data: each batch holds round(f B) groups sampled now from the current policy (`--online-fraction f`:
-1 with `--mode onpolicy`, else 0) and the rest from a fixed offline set: `--offline-data`, or the
-paper's offline setting (mu = pi_ref, §8.2), n samples of `--offline-prompts` prompts drawn once
-from pi_ref at temperature 1. Off-policy AGRO needs no behaviour log-probs, so file completions are
-simply re-tokenised.
+1 with `--mode onpolicy`, else 0), the rest from a fixed offline set: `--offline-data`, or n samples
+of `--offline-prompts` prompts drawn once from pi_ref at T = 1 (the paper's mu = pi_ref, §8.2).
 
-On-policy threshold (docs/DERIVATIONS.md): with rewards {a, b} and success rate p at
-pi = pi_ref, the expected on-policy AGRO update raises a correct answer's probability only if
-p > 1/2 - beta/(lambda_LR |a - b|); below it, the g_LR term pushes rarely-solved prompts towards
-never being solved (a zero-variance policy). At the paper's lambda_LR = 1 and a small beta most
-Countdown prompts are below it (scripts/agro_threshold.py counts them) and the tiny model
-collapses; agro.py's default lambda_LR = beta/2 puts the threshold at 1/2 - 2/|a - b| < 0 for
-0/1 rewards, whatever beta, and keeps g_LR at a quarter of the pathwise term's scale.
+On-policy threshold (docs/DERIVATIONS.md): with rewards {a, b} and success rate p at pi = pi_ref,
+the expected on-policy AGRO update raises a correct answer's probability only if p > 1/2 -
+beta/(lambda_LR |a - b|); below it, g_LR pushes rarely-solved prompts towards never being solved.
+At the paper's lambda_LR = 1 and a small beta most Countdown prompts are below it
+(scripts/agro_threshold.py counts them) and the tiny model collapses; agro.py's default lambda_LR =
+beta/2 puts the threshold at 1/2 - 2/|a - b| < 0 for 0/1 rewards, whatever beta, and keeps g_LR at
+a quarter of the pathwise term's scale.
 
 Run:  python agro.py --model runs/sft-countdown-.../final  [--mode onpolicy --engine vllm: GPU]
 """
@@ -413,10 +411,9 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
 
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
-    """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
-    completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
-    meets the same random numbers; then KL(pi || pi_ref) = E_{y~pi} h(y) per sequence, by Monte
-    Carlo: the mean of h over 4 samples (T = 1, seed 0) of 64 training prompts."""
+    """Held-out metrics per size (tasks/scoring.py): greedy and --eval-k samples at T = 1 drawn
+    with seed 0 (every checkpoint meets the same draws); then KL(pi || pi_ref) = E_{y~pi} h(y) by
+    Monte Carlo: the mean of h over 4 samples (T = 1, seed 0) of 64 training prompts."""
     model.eval()
     metrics = {}
     for n, (problems, prompts) in eval_sets.items():
@@ -453,7 +450,7 @@ def main(argv=None):
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")
         if args.group_size < 2:
-            raise ValueError(f"--group-size must be at least 2 for a leave-one-out baseline")
+            raise ValueError("--group-size must be at least 2 for a leave-one-out baseline")
         if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
             raise ValueError("on-policy AGRO divides by beta: give --beta > 0 or --lambda-lr 0")
         if args.lr_baseline == "var" and n_online > 0 and args.group_size < 3:

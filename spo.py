@@ -286,9 +286,8 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
 
 
 def q0_hat(engine, task, pool, prompts, ref_model, args) -> torch.Tensor:
-    """Q0_hat [P] of the pool (§3.1.3) from --q0-samples samples of pi_0 at temperature 1 where
-    neither --q0-cache nor RUN/q0.jsonl has them; RUN/q0.jsonl is rewritten after each chunk, and
-    chunk j has its own seed, so that the estimate never depends on where it was stopped."""
+    """Q0_hat [P] of the pool (§3.1.3): --q0-samples of pi_0 at T = 1 for each problem not in
+    --q0-cache or RUN/q0.jsonl (rewritten after each chunk, whose seed is its own)."""
     cache_file = os.path.join(args.out, "q0.jsonl")
     made_with = q0_made_with(args, args.model_path)
     table = read_q0_cache(args.q0_cache, made_with) if args.q0_cache is not None else {}
@@ -424,9 +423,8 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
 
 
 def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
-    """Held-out metrics of the policy per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one
-    greedy completion and --eval-k samples at T = 1 (seed 0: every checkpoint meets the same random
-    numbers) a problem. The engine then holds the sampler's weights again."""
+    """Held-out metrics of the policy per size (tasks/scoring.py): greedy and --eval-k samples at
+    T = 1 drawn with seed 0 (every checkpoint meets the same draws); then the sampler's weights."""
     engine.sync(model)
     metrics = {}
     for n, (problems, prompts) in eval_sets.items():
@@ -475,11 +473,10 @@ def main(argv=None):
     q0_all = q0_hat(engine, task, pool, prompts, ref_model, args)  # §3.1.3, once
     t_q0 = time.perf_counter() - t_q0
     engine.sync(sampler)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"spo: {n_params / 1e6:.2f}M parameters from {args.model_path} at step {start}, "
-          f"engine {engine.name}, objective {args.objective}/{args.loss}, beta={args.beta:.4f},"
-          f" {len(pool)} problems (Q0_hat mean {q0_all.mean():.3f}), {len(offline)} offline "
-          f"rows ({cut} cut, {dropped} dropped), run {args.out}")
+    print(f"spo: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
+          f"{args.model_path} at step {start}, engine {engine.name}, objective {args.objective}/"
+          f"{args.loss}, beta={args.beta:.4f}, {len(pool)} problems (Q0_hat mean "
+          f"{q0_all.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped)")
     if start == 0:
         run.log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": t_q0,
                     "offline_cut": cut, "offline_dropped": dropped})

@@ -4,8 +4,8 @@
     python scripts/file_sizes.py --root OTHER     # another checkout (e.g. a git worktree)
 
 Columns: whole file; main(); the longest function; the settings (parse_args); the run section (from
-its "# ---- Run section" header to the end); the rest (the paper's docstring, losses, data, step,
-evaluation and main()). The last line: what a student copies for topr (topr.py, common.py, tasks/).
+its "# ---- Run section" header to `if __name__`); the rest (the paper's docstring, losses, data,
+step, evaluation, main() and the `if __name__` lines). The last line: what a student copies for topr (topr.py, common.py, tasks/).
 """
 import argparse
 import ast
@@ -25,7 +25,8 @@ def sizes(path: str) -> dict:
                  if isinstance(n, ast.FunctionDef)]
     lines = len(src.splitlines())
     header = src.find("# ---- Run section")
-    run = lines - src[:header].count("\n") if header >= 0 else 0
+    end = src.find('if __name__ == "__main__"')
+    run = src[header:end].count("\n") if header >= 0 else 0
     return {"lines": lines, "main": top.get("main", 0), "settings": top.get("parse_args", 0),
             "longest": max(functions, key=lambda f: f[1]), "run": run}
 

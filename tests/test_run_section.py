@@ -244,7 +244,8 @@ def test_a_run_killed_then_resumed_ends_with_the_uninterrupted_runs_metrics(name
 # iteration's end), so that a kill between two of them loses steps that --resume must redo.
 BETWEEN = {"sft": ["--steps", "5", "--eval-every", "2"],
            "rloo": ["--steps", "5", "--save-every", "2"],
-           "topr": ["--iterations", "2", "--prompts", "4", "--batch-size", "2", "--save-every", "3"],
+           "topr": ["--iterations", "2", "--prompts", "4", "--batch-size", "2",
+                    "--save-every", "3"],
            "agro": ["--steps", "5", "--save-every", "2"],
            "spo": ["--steps", "5", "--save-every", "2"]}
 
