@@ -84,9 +84,12 @@ def test_a_task_written_to_the_documented_interface_runs_with_every_script(name,
     assert os.path.isdir(os.path.join("run", "final"))
     assert os.listdir(tmp_path) == ["run"]  # `tiny` was built inside the run folder
     said = capsys.readouterr().out.splitlines()  # the closing lines (tests/test_run_section.py)
-    assert f"{name}.py done. Held-out accuracy (%), step 0 -> step " in said[-4]
-    assert said[-3].startswith("  size 4: greedy 0.0 -> ") and ", T = 1 " in said[-3]
-    assert said[-1].startswith("next: python ") and said[-1].endswith(" --model run/final")
+    done = [i for i, line in enumerate(said) if line.startswith(f"{name}.py done.")][-1]
+    assert said[done].startswith(f"{name}.py done. Held-out accuracy (%), step 0 -> step ")
+    assert said[done + 1].startswith("  size 4: greedy 0.0 -> ") and ", T = 1 " in said[done + 1]
+    assert said[done + 2] == "run folder: run (final model: run/final)"
+    assert said[done + 3:] == (["next: python topr.py --task parity --model run/final"]
+                               if name == "sft" else [])
 
 
 def test_demo_steps_with_a_task_that_has_no_steps_is_one_line(tmp_path, monkeypatch, capsys):
