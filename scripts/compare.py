@@ -128,7 +128,7 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
         _, status, rusage = os.wait4(proc.pid, 0)  # rusage of this child alone
     usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024, "cmd": cmd}
     code = os.waitstatus_to_exitcode(status)
-    if code in (130, -2):  # Ctrl-C reached the run too: it saved a checkpoint and stopped
+    if code in (130, -2):  # Ctrl-C reached the run too: its last checkpoint stands
         print(f"{me}: interrupted; run the same command again to continue (finished runs and "
               "evaluations are kept)", file=sys.stderr)
         raise SystemExit(130)
