@@ -10,10 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import common
 import sft
 from conftest import (fit, fuzz_flag, kill_when, logged_lines, metrics_rows, run_until_killed,
-                      saved_step, write_jsonl)
+                      saved_step)
 from tasks import countdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,62 +130,6 @@ def test_data_file_rows_give_problems_and_completions(tmp_path):
     problems, completions, given = sft.data_examples(countdown, sft.data_rows(data), data)
     assert problems == [{"nums": [1, 2], "target": 3}, {"nums": [2, 2], "target": 4}]
     assert completions == ["<answer>1+2</answer>", "c"] and given == [None, "x"]
-
-
-@pytest.fixture(scope="module")
-def standin_path(tmp_path_factory):
-    """The hub-shaped stand-in (ChatML template, BPE tokenizer) when tests/hub_standin.py is
-    there."""
-    hub_standin = pytest.importorskip("hub_standin")
-    return hub_standin.build_standin(str(tmp_path_factory.mktemp("standin") / "model"))
-
-
-class _ReachedEngine(Exception):
-    pass
-
-
-def _first_call_until_engine(main, argv, module, name, monkeypatch):
-    """main(argv) run up to its generation engine: the arguments and result of its first call of
-    module.name (the training prompts a script encodes)."""
-    real, calls = getattr(module, name), []
-
-    def spy(*a):
-        calls.append((a, real(*a)))
-        return calls[-1][1]
-
-    def no_engine(*a, **k):
-        raise _ReachedEngine
-    monkeypatch.setattr(module, name, spy)
-    monkeypatch.setattr(common, "make_engine", no_engine)
-    with pytest.raises(_ReachedEngine):
-        main(argv)
-    monkeypatch.setattr(module, name, real)
-    return calls[0]
-
-
-@pytest.mark.parametrize("which", ["tiny", "standin"])
-def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, capsys,
-                                                       monkeypatch):
-    """The same problems through sft.py --data and rloo.py --problems give identical prompt ids: the
-    RL scripts' prompt (the chat template, if any), not the data file's own prompt text."""
-    import rloo
-    path = request.getfixturevalue("tiny_path" if which == "tiny" else "standin_path")
-    problems = [{"nums": [44, 19, 35], "target": 98}, {"nums": [3, 5], "target": 8}]
-    rows = [{**p, "prompt": countdown.prompt(p, "instruct"), "completion": "<answer>1</answer>"}
-            for p in problems]
-    data = write_jsonl(tmp_path / "data.jsonl", rows)
-    small = ["--model", path, "--eval-size", "1", "--threads", "1"]
-    (_, _, _, tok, _, _), train = _first_call_until_engine(  # sft.encode_examples
-        sft.main, small + ["--data", data, "--batch-size", "2", "--out", str(tmp_path / "s")],
-        sft, "encode_examples", monkeypatch)
-    _, rl_prompts = _first_call_until_engine(  # common.encode_prompts of the training problems
-        rloo.main, small + ["--problems", data, "--prompts", "2", "--out", str(tmp_path / "r")],
-        common, "encode_prompts", monkeypatch)
-    assert [ex.prompt for ex in train] == rl_prompts
-    # not the file's text
-    assert all(ex.prompt != tok(r["prompt"], add_special_tokens=False)["input_ids"]
-               for ex, r in zip(train, rows))
-    assert "2 of 2 rows" in capsys.readouterr().out
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
