@@ -135,7 +135,7 @@ def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> 
 
 
 def loo_baseline(values: torch.Tensor) -> torch.Tensor:
-    """b_i = 1/(n-1) sum_{j != i} values_j within each group (Eq. 4).  values: [B, n] -> [B, n]"""
+    """b_i = 1/(n-1) sum_{j != i} values_j per group (Eq. 4), n >= 2 (else ValueError). [B, n]"""
     n = values.shape[-1]
     if n < 2:
         raise ValueError("a leave-one-out baseline needs n >= 2 completions per prompt")
@@ -158,8 +158,8 @@ def agro_onpolicy_weights(rpi, beta: float, lambda_lr: float, lr_baseline: str =
     but then every weight carries -(lambda/2beta) n/(n-1) Var on average, a push on all sampled
     sequences that cancels only in expectation and, on Countdown, outweighs the signal (the model
     drifts). As the group's average of (r_pi,i - b_i)^2 is n/(n-1) Var, these baselines remove it:
-      "var"   n/(n-1) x the ddof-1 variance of the other n-1 rewards: independent of y_i, so
-              unbiased, and centred (the variance alone would leave Var/(n-1) uncentred);
+      "var"   n/(n-1) x the ddof-1 variance of the other n-1 rewards (n >= 3, else ValueError):
+              independent of y_i, so unbiased, and centred (the variance alone: Var/(n-1) off);
       "paper" our reading of the paper's variance-reduced estimate, the mean of the others' squared
               residuals: centred too, but it depends on y_i through b_j, so slightly biased."""
     adv = agro_offpolicy_weights(rpi)  # [B, n]
@@ -384,9 +384,10 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
                 gap = max(gap, diff.abs().max().item())  # 0 if sampled from these very weights
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
-        print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
-              "weights not updated, the last checkpoint is the last good state. Likely cause: "
-              "--lr too large, or --beta / --lambda-lr against the rewards' scale", file=sys.stderr)
+        tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+                   "weights not updated, the last checkpoint is the last good state. Likely cause: "
+                   "--lr too large, or --beta / --lambda-lr against the rewards' scale",
+                   file=sys.stderr)
         raise SystemExit(1)
     for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps
         group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
@@ -463,11 +464,9 @@ def main(argv=None):
         if len(pool) < n_online:
             raise ValueError(f"{n_online} on-policy prompts a batch are more than the {len(pool)} "
                              "training problems")
-        rows = None  # offline groups known now, read before a model is loaded (or sft.py run)
+        rows = None  # a file's offline groups, read before a model is loaded (or sft.py run)
         if n_online < args.prompts and args.offline_data:
             rows = read_offline(args.offline_data, task, args.group_size)
-        elif n_online < args.prompts and args.resume and os.path.exists(samples_path):
-            rows = read_offline(samples_path, task, args.group_size)  # drawn before the kill
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
@@ -484,9 +483,9 @@ def main(argv=None):
     start = run.begin(model=model, optimizer=optimizer)  # 0, or the checkpoint's step
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
     if n_online < args.prompts and offline is None:  # mu = pi_ref (§8.2), drawn once
-        if not os.path.exists(samples_path):  # seeded: a run killed here draws them again
+        if not os.path.exists(samples_path):  # a resumed run reads the ones drawn before
             sample_reference(engine, ref_model, pool, prompts, args, samples_path)
-        rows = read_offline(samples_path, task, args.group_size)  # resumed: the same tokens
+        rows = read_offline(samples_path, task, args.group_size)  # the tokens, re-read
         offline = offline_groups(rows, task, args.reward, tokenizer, style)
     engine.sync(model)  # the policy's weights (resumed, if so)
     print(f"agro: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
@@ -496,7 +495,8 @@ def main(argv=None):
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     done = start  # optimizer steps taken
-    for step in tqdm(range(start, args.steps), "agro", initial=start, total=args.steps):
+    for step in tqdm(range(start, args.steps), "agro", total=args.steps, initial=start,
+                     leave=False):
         t0 = time.perf_counter()
         batch = sample_batch(engine, task, pool, prompts, offline, step, args)
         t_gen = time.perf_counter() - t0

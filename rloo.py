@@ -116,7 +116,7 @@ def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
 
     A_i = R_i - mean_{j != i} R_j = k/(k-1) * (R_i - mean_j R_j); each group's A sums to 0. A
     sample's own reward is never in its baseline (that would shrink the estimate by (k-1)/k).
-    """
+    ValueError for k < 2: a lone sample has no other reward to form its baseline."""
     k = rewards.shape[-1]
     if k < 2:
         raise ValueError("RLOO needs k >= 2 samples per prompt")
@@ -248,9 +248,9 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
         loss_sum += loss.item()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
-        print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
-              "weights not updated, the last checkpoint is the last good state. Likely cause: "
-              "too high --lr, or --beta", file=sys.stderr)
+        tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+                   "weights not updated, the last checkpoint is the last good state. Likely cause: "
+                   "too high --lr, or --beta", file=sys.stderr)
         raise SystemExit(1)
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, args)
@@ -352,7 +352,8 @@ def main(argv=None):
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     done = start  # optimizer steps taken
-    for step in tqdm(range(start, args.steps), "rloo", initial=start, total=args.steps):
+    for step in tqdm(range(start, args.steps), "rloo", total=args.steps, initial=start,
+                     leave=False):
         t0 = time.perf_counter()
         batch = draw_batch(engine, task, pool, prompts, step, args)
         t_gen = time.perf_counter() - t0

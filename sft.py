@@ -198,9 +198,9 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
         total += loss.item() * share
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(total) and math.isfinite(grad_norm)):  # stop before the weights move
-        print(f"error: step {step + 1}: non-finite loss={total} or grad_norm={grad_norm}; weights "
-              "not updated, the last checkpoint is the last good state. Likely cause: too high "
-              "--lr", file=sys.stderr)
+        tqdm.write(f"error: step {step + 1}: non-finite loss={total} or grad_norm={grad_norm}; "
+                   "weights not updated, the last checkpoint is the last good state. Likely cause: "
+                   "too high --lr", file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
     scheduler.step()
@@ -276,7 +276,8 @@ def main(argv=None):
     if start == 0:  # the start model, greedy and T = 1: where the closing lines measure from
         run.log(0, evaluate(engine, model, task, eval_sets, args, True))
     done = start  # optimizer steps taken
-    for step in tqdm(range(start, args.steps), "sft", initial=start, total=args.steps):
+    for step in tqdm(range(start, args.steps), "sft", total=args.steps, initial=start,
+                     leave=False):
         # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
         rng = np.random.default_rng([args.seed, step])
         batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]

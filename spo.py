@@ -234,8 +234,8 @@ def spo_reward(task, problem: dict, text: str) -> float:
 
 
 def check_args(args, parser) -> tuple:
-    """Flags and files, checked before a model is loaded (bad input: one line, exit 2): the task,
-    the training pool (and the offline rows' problems), held-out sets and offline rows."""
+    """The task, training pool (with the offline rows' problems), held-out sets and offline rows,
+    checked before a model is loaded (bad input: one line, exit 2)."""
     try:
         task = get_task(args.task)
         if args.top_p > 1:
@@ -312,8 +312,8 @@ def q0_hat(engine, task, pool, prompts, ref_model, args) -> torch.Tensor:
 
 
 def read_offline(path: str, task) -> list[dict]:
-    """Offline trajectories: JSON lines with the task's problem fields, "completion" and optionally
-    "finished" (default true). Rewards are scored from the text, never read from the file."""
+    """Offline trajectories: JSON lines with the task's problem fields, "completion" and "finished"
+    (default true). Rewards are scored from the text, never read from the file."""
     rows = []
     for n, row in enumerate(read_jsonl(path, "offline data file"), 1):
         try:
@@ -354,11 +354,9 @@ def fit_offline(rows: list[dict], task, pool, prompts, tokenizer, max_new_tokens
 
 def draw_batch(engine, task, pool, prompts, offline: list[Trajectory], step: int, args):
     """This step's trajectories and temperature ~ U(lo, hi), seeded by (seed, step): the sampler's
-    for round(online_fraction * batch_size / group_size) prompts, then uniform draws of
-    the offline rows for the rest of the batch."""
+    for round(online_fraction * batch_size / group_size) prompts, then random offline rows."""
     rng = np.random.default_rng([args.seed, step])
-    n_prompts = round(args.online_fraction * args.batch_size / args.group_size)
-    n_prompts = min(len(pool), n_prompts)
+    n_prompts = min(len(pool), round(args.online_fraction * args.batch_size / args.group_size))
     temperature = float(rng.uniform(*args.temperature))
     batch = []
     if n_prompts:
@@ -402,9 +400,9 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
         log_ratios.append(((logprobs.detach() - ref_lp) * mask).sum(-1))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # stop before the update
-        print(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
-              "weights not updated, the last checkpoint is the last good state. Likely cause: --lr "
-              "too large, or --beta too small for Q/beta", file=sys.stderr)
+        tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+                   "weights not updated, the last checkpoint is the last good state. Likely cause: "
+                   "--lr too large, or --beta too small for Q/beta", file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
     schedule.step()
@@ -481,7 +479,8 @@ def main(argv=None):
         run.log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": t_q0,
                     "offline_cut": cut, "offline_dropped": dropped})
     done = start  # optimizer steps taken
-    for step in tqdm(range(start, args.steps), "spo", initial=start, total=args.steps):
+    for step in tqdm(range(start, args.steps), "spo", total=args.steps, initial=start,
+                     leave=False):
         t0 = time.perf_counter()
         if step % args.model_update_interval == 0:  # refresh the sampler (§3.2)
             sampler.load_state_dict(model.state_dict())

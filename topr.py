@@ -448,10 +448,10 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
         positives.append((r - args.c) >= args.split)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
-        print(f"error: step {step}: non-finite loss={loss_sum} or grad_norm={grad_norm}; weights "
-              "not updated, the last checkpoint is the last good state. Likely cause: learning "
-              "rate (--lr) too high, or a baseline (--c) or lp_mu far from the data's scale",
-              file=sys.stderr)
+        tqdm.write(f"error: step {step}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+                   "weights not updated, the last checkpoint is the last good state. Likely cause: "
+                   "--lr too high, or a baseline (--c) or lp_mu far from the data's scale",
+                   file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
     lw, pos = torch.cat(lws), torch.cat(positives)
@@ -540,7 +540,7 @@ def main(argv=None):
             order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data_it))
             batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
             for b in tqdm(range(batch0, len(batches)), f"iteration {it} epoch {epoch}",
-                          initial=batch0, total=len(batches)):  # 3. the updates, constant lr
+                          total=len(batches), initial=batch0, leave=False):  # 3. the updates
                 t0, idx = time.perf_counter(), batches[b]
                 row = topr_step(model, optimizer, [data_it[i] for i in idx],
                                 [rewards[i] for i in idx], args, tokenizer.pad_token_id, step + 1)
