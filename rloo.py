@@ -84,7 +84,7 @@ def parse_args(argv=None):
     add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, "
         "`tiny` (built in, untrained) or `sft` (the newest sft.py run of --task); None: that run, "
         "made first by sft.py if none")
-    add("--problems", type=problems_source, default=None, help="a JSONL file, `hub` or a hub id")
+    add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
     add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
@@ -100,7 +100,7 @@ def parse_args(argv=None):
     add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
+    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 

@@ -80,7 +80,7 @@ def parse_args(argv=None):
     add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
+    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
     add("--threads", type=common.positive_int, default=None,
         help="torch CPU threads; None: $TORCH_THREADS or all cores")
     return p, p.parse_args(argv)

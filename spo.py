@@ -72,7 +72,7 @@ def parse_args(argv=None):
         help="ce clips Q/beta to <= -eps in the forward pass (paper: 'close to 0')")
     add("--train-size", type=common.positive_int, default=256, help="training problems a size; "
         "fewer than the other scripts' as Q0_hat is estimated for each before training (§3.1.3)")
-    add("--problems", type=problems_source, default=None, help="a JSONL file, `hub` or a hub id")
+    add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
     add("--q0-samples", type=common.positive_int, default=64,
         help="samples of pi_0 (T = 1) a training problem for Q0_hat (paper: 800; 64 for CPU time)")
@@ -112,7 +112,7 @@ def parse_args(argv=None):
     add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="the problems, batches, samples")
+    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     return p, p.parse_args(argv)
 

@@ -644,7 +644,8 @@ def _run_folder(tmp_path, tiny_path, whole):
     run.mkdir()
     _, args = agro.parse_args(["--model", tiny_path, "--sizes", "3", "--train-size", "10",
                                "--eval-size", "2"])
-    json.dump({**vars(args), "out": str(run)}, open(run / "config.json", "w"))
+    json.dump({**vars(args), "out": str(run), "model_path": tiny_path},
+              open(run / "config.json", "w"))
     if whole:  # a readable dict, the model's weights missing
         torch.save({"optimizer": {}, "rng": {}, "step": 1}, run / "checkpoint.pt")
     else:  # cut short
