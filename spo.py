@@ -307,6 +307,7 @@ def q0_hat(engine, task, pool, prompts, ref_model, args) -> torch.Tensor:
             wins = sum(task.is_correct(pool[i], s.text) for s in group)
             table[keys[i]] = {"key": keys[i], "successes": wins, **made_with}
         write_jsonl(cache_file, list(table.values()))  # atomically: a kill keeps the old
+    write_jsonl(cache_file, list(table.values()))  # whole, also when --q0-cache held every one
     counts = torch.tensor([table[key]["successes"] for key in keys])
     return q0_from_successes(counts, torch.full_like(counts, args.q0_samples), args.beta).float()
 

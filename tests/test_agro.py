@@ -16,7 +16,7 @@ import torch
 
 import agro
 import common
-from conftest import FOUR, SUMS, sampled, write_jsonl
+from conftest import FOUR, SUMS, sampled, saved_step, write_jsonl
 from tasks import countdown
 
 f64 = torch.float64
@@ -792,7 +792,7 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, we
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         else:
-            _wait_for(lambda: metrics.exists() and '"step": 1' in metrics.read_text(), proc)
+            _wait_for(lambda: saved_step(str(out)) == 1, proc)  # after its first checkpoint
             proc.send_signal(signal.SIGINT)
             assert proc.wait(timeout=600) != 0
     finally:

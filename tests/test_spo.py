@@ -505,9 +505,11 @@ def _final(run_dir):
 @pytest.mark.slow
 def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_same_run(tiny_path,
                                                                                       tmp_path):
-    """A real subprocess is SIGKILLed while it estimates Q0 (1 of 4 chunks saved), resumed,
-    SIGKILLed again after step 3 (checkpoint at step 2), resumed to the end: its final metrics and
-    every step's loss equal an uninterrupted run's exactly."""
+    """A real subprocess is SIGKILLed while it estimates Q0 (1 of 4 chunks saved), before its first
+    checkpoint: --resume has nothing to continue (one line, exit 2), and a new run given its
+    q0.jsonl (--q0-cache) draws only the chunks missing. That run, SIGKILLed after step 3
+    (checkpoint at step 2) and resumed to the end: its final metrics, every step's loss and its
+    Q0 table equal an uninterrupted run's exactly."""
     argv = RUN + ["--model", tiny_path, "--problems", write_jsonl(tmp_path / "p.jsonl", FOUR),
                   "--steps", "6", "--batch-size", "8", "--group-size", "2",
                   "--q0-samples", "48", "--q0-chunk", "1", "--save-every", "2", "--eval-every", "3",
@@ -521,6 +523,9 @@ def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_sa
     proc.wait()
     assert 1 <= len(_lines(cache)) < 4  # killed during the estimate
     proc = _popen(["--resume", run])
+    assert proc.wait(timeout=600) == 2 and "checkpoint.pt" in proc.stderr.read()
+    run = str(tmp_path / "again")
+    proc = _popen(argv + ["--q0-cache", cache, "--out", run])
     metrics = os.path.join(run, "metrics.jsonl")
     _wait_for(proc, lambda: any(json.loads(x)["step"] >= 3 for x in _lines(metrics)), "step 3")
     proc.send_signal(signal.SIGKILL)
@@ -528,7 +533,8 @@ def test_sigkill_during_q0_estimation_and_between_steps_then_resume_gives_the_sa
     proc = _popen(["--resume", run])
     assert proc.wait(timeout=600) == 0, proc.stderr.read()[-2000:]
     assert _final(run) == _final(whole)
-    assert open(cache).read() == open(os.path.join(whole, "q0.jsonl")).read()
+    q0_tables = [open(os.path.join(r, "q0.jsonl")).read() for r in (run, whole)]
+    assert q0_tables[0] == q0_tables[1]
 
 
 def test_a_non_finite_loss_stops_before_the_weights_change(tiny, capsys):
