@@ -215,3 +215,19 @@ def test_sweep_bad_input_gives_one_line_and_status_2(args, message, tmp_path, ca
         sweep.main(args + sft + ["--out", str(tmp_path / "out")])
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+# ---- scripts/first_run.py: the closing lines it reads ------------------------------------------
+def test_first_run_reads_the_gains_from_the_closing_lines_the_scripts_print(tmp_path):
+    """first_run.py's pattern on topr.py's own closing lines: start, end and gain, greedy and T = 1
+    (a change of their wording fails here rather than in a 20-minute benchmark)."""
+    import argparse
+
+    import first_run
+    import topr
+    rows = [{"step": 0, "eval3/greedy/accuracy": 0.5, "eval3/sampled/accuracy": 0.25},
+            {"step": 9, "eval3/greedy/accuracy": 0.625, "eval3/sampled/accuracy": 0.125}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = topr.closing_lines(argparse.Namespace(out=str(tmp_path), task="countdown"), False)
+    found = [m.groups() for m in first_run.LINE.finditer("\n".join(lines))]
+    assert found == [("3", "50.0", "62.5", "+12.5", "25.0", "12.5", "-12.5")]

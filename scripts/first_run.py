@@ -1,0 +1,86 @@
+"""The first five minutes: `python topr.py --task countdown` on fresh copies of two commits.
+
+    python scripts/first_run.py --base 7ebd3b2 --seeds 0,1,2,3,4 --out /tmp/first-run
+
+Each commit is exported with `git archive` into its own empty folder (a fresh clone: no runs/, so
+topr.py first trains its start model with sft.py's defaults) and the README's command is run there
+with --seed 0, the base first, then the new one (--new, default HEAD), back to back: the ratio of
+their wall times is the figure (absolute times move 2x between machines). The other seeds then run
+in the new copy, from the start model it made (their time is topr.py's alone). Each run's closing
+lines give the gains: greedy and T = 1, per size. Run it alone on the machine: the CPU and the load
+average at the start are printed with the table.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMAND = ["topr.py", "--task", "countdown"]  # the README's first run
+LINE = re.compile(r"size (\d+): greedy ([\d.]+) -> ([\d.]+) \(([-+][\d.]+)\), "
+                  r"T = 1 ([\d.]+) -> ([\d.]+) \(([-+][\d.]+)\)")
+
+
+def fresh_copy(rev: str, folder: str) -> str:
+    """`git archive REV` unpacked into an empty folder."""
+    os.makedirs(folder)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    return folder
+
+
+def run(folder: str, seed: int, log: str) -> dict:
+    """The command in `folder`: wall seconds and, per size, (start, end, gain) greedy and T = 1."""
+    t0 = time.time()
+    with open(log, "w") as f:
+        proc = subprocess.run([sys.executable, *COMMAND, "--seed", str(seed)], cwd=folder,
+                              stdout=f, stderr=subprocess.STDOUT)
+    wall = time.time() - t0
+    if proc.returncode:
+        sys.exit(f"{folder}: exit {proc.returncode}, see {log}")
+    sizes = {int(m[1]): tuple(float(x) for x in m.groups()[1:])
+             for m in LINE.finditer(open(log).read())}  # the last summary wins
+    return {"wall": wall, "sizes": sizes}
+
+
+def cpu() -> str:
+    with open("/proc/cpuinfo") as f:
+        names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    return f"{names[0] if names else 'unknown CPU'}, {os.cpu_count()} cores"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--base", default="7ebd3b2", help="the commit to compare with")
+    p.add_argument("--new", default="HEAD", help="the commit measured")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="the new commit's seeds; 0 is timed "
+                   "against the base, from a fresh copy")
+    p.add_argument("--out", required=True, help="an empty or absent folder for the copies")
+    args = p.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print(f"{cpu()}; load average at the start {os.getloadavg()[0]:.2f}", flush=True)
+    base = run(fresh_copy(args.base, f"{args.out}/base"), 0, f"{args.out}/base.log")
+    new = fresh_copy(args.new, f"{args.out}/new")
+    results = {s: run(new, s, f"{args.out}/new-{s}.log") for s in [0] + [s for s in seeds if s]}
+    print("| run | wall (s) | size: greedy start -> end (gain), T = 1 start -> end (gain) |")
+    print("|---|---|---|")
+    for name, r in [(f"{args.base} seed 0 (fresh copy)", base)] + [
+            (f"{args.new} seed {s}" + (" (fresh copy)" if s == 0 else " (its start model)"), r)
+            for s, r in results.items()]:
+        cells = "; ".join(f"{n}: {a:.1f} -> {b:.1f} ({d:+.1f}), {c:.1f} -> {e:.1f} ({g:+.1f})"
+                          for n, (a, b, d, c, e, g) in sorted(r["sizes"].items()))
+        print(f"| {name} | {r['wall']:.0f} | {cells} |")
+    print(f"wall time, {args.new} / {args.base}, seed 0 from a fresh copy: "
+          f"{results[0]['wall'] / base['wall']:.2f}")
+    for n in sorted(base["sizes"]):
+        greedy = [results[s]["sizes"][n][2] for s in results]
+        sampled = [results[s]["sizes"][n][5] for s in results]
+        print(f"size {n}, {args.new}, mean gain over seeds {sorted(results)}: greedy "
+              f"{sum(greedy) / len(greedy):+.1f} (lowest {min(greedy):+.1f}), T = 1 "
+              f"{sum(sampled) / len(sampled):+.1f} (lowest {min(sampled):+.1f})")
+
+
+if __name__ == "__main__":
+    main()
