@@ -514,13 +514,13 @@ class Run:
         """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2."""
         self.script, self.args, self.state = os.path.basename(__file__), args, None
         if args.resume is None:
-            args.out = args.out or time.strftime(f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M")
+            args.out = args.out or time.strftime(
+                f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
             if os.path.exists(os.path.join(args.out, "metrics.jsonl")):
                 parser.error(f"--out {args.out} holds a run already: --resume it or pick another")
         else:  # one check covers every way a run folder can be wrong
-            path = os.path.join(args.resume, "config.json")
             try:
-                with open(path) as f:
+                with open(path := os.path.join(args.resume, "config.json")) as f:
                     vars(args).update(json.load(f), resume=args.resume, out=args.resume)
                 args.model = args.model_path  # the start model (`tiny`: the one built in RUN)
                 path = os.path.join(args.out, "checkpoint.pt")
