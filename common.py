@@ -80,12 +80,9 @@ int_list.__name__ = "comma-separated positive integers"
 
 # ---- 2. Seeding, RNG state and threads -----------------------------------------------------------
 def setup(seed: int, threads: int | None = None) -> None:
-    """Seed python, numpy and torch; choose torch's CPU thread count deliberately.
-
-    threads: the flag, else $TORCH_THREADS, else every core this process may use. On a quiet 2-core
-    machine 2 threads trained the tiny model 1.6x faster than 1; on a busy one 2 threads ran 10-50x
-    slower, which is why the tests pin 1.
-    """
+    """Seed python, numpy and torch; torch's CPU threads: the flag, else $TORCH_THREADS, else every
+    core this process may use (2 threads trained the tiny model 1.6x faster than 1 on a quiet 2-core
+    machine, 10-50x slower on a busy one: the tests pin 1); transformers' progress bars off."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -61,7 +61,6 @@ def test_sft_and_rloo_condition_on_the_same_token_ids(which, request, tmp_path, 
                                                        monkeypatch):
     """The same problems through sft.py --data and rloo.py --problems give identical prompt ids: the
     RL scripts' prompt (the chat template, if any), not the data file's own prompt text."""
-    import rloo
     path = request.getfixturevalue("tiny_path" if which == "tiny" else "standin_path")
     problems = [{"nums": [44, 19, 35], "target": 98}, {"nums": [3, 5], "target": 8}]
     rows = [{**p, "prompt": countdown.prompt(p, "instruct"), "completion": "<answer>1</answer>"}
