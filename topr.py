@@ -587,11 +587,10 @@ class Run:
                 self.state = torch.load(path, weights_only=False)
                 if self.state.get("script") != self.script or not keys <= set(self.state):
                     raise ValueError(f"not a {self.script} checkpoint")
-                path = os.path.join(args.out, "metrics.jsonl")
-                with open(path, "rb") as f:  # the rows after the checkpoint, or torn by a kill, go
+                with open(path := os.path.join(args.out, "metrics.jsonl"), "rb") as f:
                     size = sum(len(row) for row in f if row.endswith(b"\n")
                                and json.loads(row)["step"] <= self.state["step"])
-                os.truncate(path, size)
+                os.truncate(path, size)  # the rows after the checkpoint, or torn by a kill, go
             except Exception as e:  # torch.load alone raises many kinds
                 parser.error(f"--resume {args.resume}: cannot use {path}: {e!r}")
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
@@ -613,32 +612,31 @@ class Run:
     def log(self, step: int, row: dict) -> None:
         row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
         self.file.write(json.dumps(row) + "\n")  # line-buffered: a kill tears the last row at most
-        shown = [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]
-        if shown:
+        if shown := [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]:
             tqdm.write(f"step {step}: " + "  ".join(shown))
 
     def checkpoint(self, step: int, **extra) -> None:
         """checkpoint.pt: the objects given to begin(), every RNG, the step and `extra`."""
-        state = {name: obj.state_dict() for name, obj in self.objects.items()}
         path = os.path.join(self.args.out, "checkpoint.pt")
-        torch.save({**state, **extra, "rng": common.rng_state(), "step": step,
-                    "script": self.script}, path + ".tmp")
+        torch.save({**{k: obj.state_dict() for k, obj in self.objects.items()}, **extra,
+                    "rng": common.rng_state(), "step": step, "script": self.script}, path + ".tmp")
         os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
 
     def finish(self, model, tokenizer, stopped_early: bool) -> str:
         """final/ (a Hugging Face folder: any script's --model), then the closing lines."""
         self.file.close()
-        model.save_pretrained(os.path.join(self.args.out, "final"))
-        tokenizer.save_pretrained(os.path.join(self.args.out, "final"))
+        for obj in (model, tokenizer):
+            obj.save_pretrained(os.path.join(self.args.out, "final"))
         print("\n".join(closing_lines(self.args, stopped_early)))
         return self.args.out
 
 
 def closing_lines(args, stopped_early: bool) -> list[str]:
     """Held-out accuracy per size at the first and last evaluation, the run folder, what next."""
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:  # the rows with evaluations
-        evals = [row for row in map(json.loads, f) if any(k.startswith("eval") for k in row)]
-    first, last = (evals[0], evals[-1]) if evals else ({"step": 0}, {"step": 0})
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:
+        rows = [json.loads(row) for row in f]
+    evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
+    first, last = evals[0], evals[-1]
     script, final = os.path.basename(__file__), os.path.join(args.out, "final")
     lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
     for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
@@ -648,6 +646,8 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
                 a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
                 cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
         lines.append(f"  size {size}: " + ", ".join(cells))
+    if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
+        lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
     lines.append(f"run folder: {args.out} (final model: {final})")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")

@@ -42,7 +42,7 @@ def test_the_run_section_is_one_block_at_the_end_of_each_script():
 ROWS = [  # a run's metrics.jsonl: a start evaluation, a training row, a greedy-only one, the end
     {"step": 0, "time": 0.1, "eval3/greedy/accuracy": 0.5, "eval3/sampled/accuracy": 0.25,
      "eval4/greedy/accuracy": 0.125, "eval4/sampled/accuracy": 0.0625, "pass@8": 0.9},
-    {"step": 1, "time": 0.2, "loss": 1.0, "accuracy": 0.99},
+    {"step": 1, "time": 0.2, "loss": 1.0, "accuracy": 0.99, "grad_norm": 0.5},
     {"step": 2, "time": 0.3, "eval3/greedy/accuracy": 0.75, "eval4/greedy/accuracy": 0.0},
     {"step": 3, "time": 0.4, "eval3/greedy/accuracy": 0.6, "eval3/sampled/accuracy": 0.5,
      "eval4/greedy/accuracy": 0.25, "eval4/sampled/accuracy": 0.0},
@@ -67,6 +67,22 @@ def test_the_closing_lines_say_what_the_run_did_and_what_comes_next(name, stoppe
     nxt = f"next: python topr.py --task countdown --model {out}/final"
     assert (nxt in lines) == (name == "sft") and not any(
         line.startswith("next:") and line != nxt for line in lines)
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+@pytest.mark.parametrize("steps, said", [
+    ([(0.0, 0.5), (0.0, 0.25)], True),  # every group's rewards equal, or a blanked loss
+    ([(0.3, 0.0), (0.2, 0.0)], True),  # no correct sample (TOPR's negatives still give a gradient)
+    ([(0.3, 0.5), (0.0, 0.0)], False),
+    ([(0.3, None), (0.2, None)], False)])  # sft.py's rows: no accuracy
+def test_a_run_without_learning_signal_says_so_in_its_closing_lines(name, steps, said, tmp_path):
+    rows = [ROWS[0]] + [{"step": i + 1, "grad_norm": g} | ({} if a is None else {"accuracy": a})
+                        for i, (g, a) in enumerate(steps)] + [ROWS[3]]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = SCRIPTS[name].closing_lines(argparse.Namespace(out=str(tmp_path), task="c"), False)
+    signal = "no learning signal: no step had a correct sample and a non-zero gradient"
+    assert (signal in lines) == said
+    assert lines[3].startswith("no learning signal" if said else "run folder:")  # after the sizes
 
 
 # ---- resume: the same refusals and the same recoveries in every script ------------------------
@@ -180,7 +196,10 @@ def test_a_finished_run_resumed_adds_nothing_and_a_torn_last_row_is_dropped(name
         f.write('{"step": 99, "lo')  # a row torn by a kill mid-write
     assert SCRIPTS[name].main(["--resume", str(run)]) == str(run)
     assert (run / "metrics.jsonl").read_text() == rows
-    assert f"{name}.py done. Held-out accuracy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{name}.py done. Held-out accuracy" in out
+    # the untrained tiny model answers nothing: no RL script had a signal; sft.py's loss always has
+    assert ("no learning signal" in out) == (name != "sft")
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
