@@ -44,11 +44,11 @@ def parse_args(argv=None):
     add = p.add_argument
     # the loss and its optimisation ([CR] §4.4)
     add("--steps", type=common.positive_int, default=700, help="optimizer steps")
-    add("--batch-size", type=common.positive_int, default=128,
-        help="sequences (a prompt and its completion) an optimizer step")
+    add("--batch-size", type=common.positive_int, default=64, help="sequences (prompt and "
+        "completion) a step; 64 and --lr 2e-3: the tiny model learns by steps, not examples")
     add("--grad-accum", type=common.positive_int, default=1,
         help="micro-batches a batch is split into: the same maths in less memory")
-    add("--lr", type=common.positive_float, default=1e-3, help="AdamW peak lr, then cosine decay")
+    add("--lr", type=common.positive_float, default=2e-3, help="AdamW peak lr, then cosine decay")
     add("--warmup", type=common.nonnegative_int, default=50, help="linear warm-up ([CR]: 500)")
     add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")

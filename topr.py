@@ -23,17 +23,16 @@ script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several
 docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
 
 Rewards and split: with [TOPR]'s +1/-1 reward (`--reward pm1`) T- is R - c < 0 and c defaults to
--0.8 (chosen with scripts/topr_experiments.py: docs/RESULTS-topr-report.md); the
-task's rewards (`--reward original|A|B|A+B`) are at most 1, and 1 only for a correct answer (B gives
--0.1 and -0.2, A subtracts a length penalty), so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT
-term, every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1
-(docs/PAPERS.md).
+-0.8 (chosen with scripts/topr_experiments.py: docs/RESULTS-topr-report.md); the task's rewards
+(`--reward original|A|B|A+B`) are at most 1, and 1 only for a correct answer (B gives -0.1 and
+-0.2, A subtracts a length penalty), so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT term,
+every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).
 
 Algorithm 1, as run here, in main(): for each iteration, 1. sample --group-size completions of
 each of --prompts prompts from mu = pi_{it-1} (the SFT model first, [TOPR] §4.3) into
-RUN/data-IT.jsonl (`--data` replaces the first); 2. select (`uniform`, or `anna-karenina`: each
-prompt's first positive and every negative, §4.3); 3. --epochs passes of minibatch updates at a
-constant lr.
+RUN/data-IT.jsonl (`--data` replaces the first); 2. select (`anna-karenina`, §4.3: each prompt's
+first positive, then negatives at random up to --keep; or `uniform`); 3. --epochs passes of
+minibatch updates at a constant lr.
 
 Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
       python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
@@ -64,12 +63,12 @@ LIMITS = {
 }
 # +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
-# --report-variant: [CR]'s TOPR setting (§4.1: 1,000 completions of the SFT model at T = 0.15,
-# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1 come from
-# default_baseline (Eq. 4). The epochs are ours ([CR] gives none). A+B: two rounds, A, then B on
-# data sampled from A's model.
+# --report-variant: [CR]'s TOPR setting (§4.1: all of 1,000 completions of the SFT model at
+# T = 0.15, top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1
+# from default_baseline (Eq. 4); the epochs are ours ([CR] gives none). A+B: A, then B on A's data.
 REPORT_SETTING = {"iterations": 1, "prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 32,
-                  "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4}
+                  "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4,
+                  "sampling": "uniform", "keep": 0}
 
 
 # ---- Flags ---------------------------------------------------------------------------------------
@@ -101,9 +100,10 @@ def parse_args(argv=None):
     add("--group-size", type=common.positive_int, default=8, help="completions a prompt from mu")
     add("--temperature", type=common.positive_float, default=1.0, help="mu's sampling temperature")
     add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
-    add("--sampling", choices=["uniform", "anna-karenina"], default="uniform",
-        help="which samples are kept (select)")
-    add("--keep", type=common.nonnegative_int, default=0, help="samples kept (0: all selected)")
+    add("--sampling", choices=["uniform", "anna-karenina"], default="anna-karenina",
+        help="which samples are kept (select); [TOPR] §4.3's: more gain a minute than uniform")
+    add("--keep", type=common.nonnegative_int, default=1000,
+        help="samples kept (0: all selected); 1000: a quarter of them, 4x fewer steps a round")
     # the loss
     add("--loss", choices=list(LIMITS), default="topr", help="Eq. 8, or a Table 1 method (Eq. 7)")
     add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise) or one of --task's rewards: "
@@ -139,7 +139,8 @@ def parse_args(argv=None):
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
     add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
     add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
-    add("--eval-every", type=common.nonnegative_int, default=0, help="also evaluate every N steps")
+    add("--eval-every", type=common.nonnegative_int, default=0,
+        help="also evaluate every N steps (0: at the start and the end only, the quickest)")
     # the run
     add("--out", default=None, help="run folder; None: runs/topr-TASK-TIME")
     add("--save-every", type=common.positive_int, default=100,
@@ -549,16 +550,15 @@ def main(argv=None):
                            time_step=time.perf_counter() - t0)
                 epoch_done = b + 1 == len(batches)
                 iteration_done = epoch_done and epoch + 1 == args.epochs
+                finished = iteration_done and it + 1 == args.iterations
                 out_of_time = time.monotonic() > run.deadline
-                if (args.eval_every and step % args.eval_every == 0) or out_of_time \
-                        or iteration_done:
+                if (args.eval_every and step % args.eval_every == 0) or out_of_time or finished:
                     row.update(evaluate(engine, model, task, eval_sets, args))
                 run.log(step, row)
                 if step % args.save_every == 0 or epoch_done or out_of_time:
                     run.checkpoint(step, next=(it, epoch, b + 1))  # where the next step stands
                 if out_of_time:
                     engine.close()
-                    finished = iteration_done and it + 1 == args.iterations
                     return run.finish(model, tokenizer, stopped_early=not finished)
             batch0 = 0
         epoch0 = 0

@@ -19,12 +19,13 @@ COMMON = ["--eval-size", "8", "--eval-k", "2", "--max-new-tokens", "24", "--thre
           "--seed", "1", "--engine", "kv"]
 RUNS = {  # name: (script, flags); a few optimizer steps, evaluations and checkpoints each
     "sft": ("sft.py", ["--model", "tiny", "--train-size", "200", "--steps", "12", "--batch-size",
-                       "16", "--eval-every", "6"]),
+                       "16", "--eval-every", "6", "--lr", "1e-3"]),  # lr: 7ebd3b2's default
     "rloo": ("rloo.py", ["--steps", "4", "--prompts", "4", "--group-size", "4",
                          "--eval-every", "2", "--save-every", "2", "--beta", "0.1",
                          "--train-size", "200"]),
     "topr": ("topr.py", ["--iterations", "2", "--prompts", "8", "--group-size", "4",
-                         "--batch-size", "8", "--eval-every", "3", "--train-size", "200"]),
+                         "--batch-size", "8", "--eval-every", "3", "--train-size", "200",
+                         "--sampling", "uniform", "--keep", "0"]),  # 7ebd3b2's defaults
     "agro": ("agro.py", ["--steps", "4", "--prompts", "4", "--group-size", "4",
                          "--offline-prompts", "8", "--eval-every", "2", "--save-every", "2",
                          "--train-size", "200"]),
