@@ -88,6 +88,7 @@ def setup(seed: int, threads: int | None = None) -> None:
     torch.manual_seed(seed)
     threads = threads or int(os.environ.get("TORCH_THREADS", 0)) or len(os.sched_getaffinity(0))
     _set_num_threads(threads)
+    np.finfo(np.float32), np.finfo(np.float64)  # cached first: with denormals flushed, it warns
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
     from transformers.utils import logging
     logging.disable_progress_bar()  # transformers' "Loading weights" and "Writing model shards"

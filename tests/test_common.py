@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import subprocess
 import sys
 
 import pytest
@@ -10,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import common
 from tasks import countdown, scoring
-from conftest import SUMS
+from conftest import ROOT, SUMS
 
 
 def test_tiny_model_round_trips_through_auto_classes(tiny_path):
@@ -393,3 +394,13 @@ def test_bf16_and_gradient_checkpointing_flags_keep_the_log_probs(tiny, tiny_pat
     assert torch.allclose(again, lp, atol=1e-6)
     for g, p in zip(grads, recomputed.parameters()):
         assert torch.allclose(g, p.grad, atol=1e-6)
+
+
+def test_setup_leaves_numpy_quiet_after_flushing_denormals():
+    """With denormals flushed, numpy's first np.finfo warns twice a type ("smallest subnormal ...
+    is zero"): eight lines at the start of every run, unless setup asked before flushing."""
+    code = ("import common, numpy as np; common.setup(0, 1); "
+            "np.finfo(np.float32); np.finfo(np.float64)")
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
