@@ -9,6 +9,13 @@ their wall times is the figure (absolute times move 2x between machines). The ot
 in the new copy, from the start model it made (their time is topr.py's alone). Each run's closing
 lines give the gains: greedy and T = 1, per size. Run it alone on the machine: the CPU and the load
 average at the start are printed with the table.
+
+    python scripts/first_run.py --base "" --scripts rloo,agro,spo --seeds 0,1,2 --time-limit 5 \
+        --out /tmp/first-run           # the other scripts' defaults from that start model
+
+With --base "" no base runs and an existing OUT/new is reused (its runs/ holds the start model);
+each script in --scripts runs its defaults (`python SCRIPT.py --task countdown --seed S`, plus
+--time-limit if given) in the new copy for every seed.
 """
 import argparse
 import os
@@ -18,7 +25,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMAND = ["topr.py", "--task", "countdown"]  # the README's first run
 LINE = re.compile(r"size (\d+): greedy ([\d.]+) -> ([\d.]+) \(([-+][\d.]+)\), "
                   r"T = 1 ([\d.]+) -> ([\d.]+) \(([-+][\d.]+)\)")
 
@@ -31,12 +37,13 @@ def fresh_copy(rev: str, folder: str) -> str:
     return folder
 
 
-def run(folder: str, seed: int, log: str) -> dict:
-    """The command in `folder`: wall seconds and, per size, (start, end, gain) greedy and T = 1."""
+def run(folder: str, script: str, seed: int, log: str, extra: list[str]) -> dict:
+    """The README's command for `script` in `folder`: wall seconds and, per size, (start, end,
+    gain) greedy and T = 1."""
     t0 = time.time()
     with open(log, "w") as f:
-        proc = subprocess.run([sys.executable, *COMMAND, "--seed", str(seed)], cwd=folder,
-                              stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.run([sys.executable, f"{script}.py", "--task", "countdown", "--seed",
+                               str(seed), *extra], cwd=folder, stdout=f, stderr=subprocess.STDOUT)
     wall = time.time() - t0
     if proc.returncode:
         sys.exit(f"{folder}: exit {proc.returncode}, see {log}")
@@ -53,33 +60,50 @@ def cpu() -> str:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--base", default="7ebd3b2", help="the commit to compare with")
+    p.add_argument("--base", default="7ebd3b2", help="the commit to compare with; '': none, and "
+                   "OUT/new is reused if it exists")
     p.add_argument("--new", default="HEAD", help="the commit measured")
-    p.add_argument("--seeds", default="0,1,2,3,4", help="the new commit's seeds; 0 is timed "
-                   "against the base, from a fresh copy")
+    p.add_argument("--scripts", default="topr", help="scripts run with their defaults; the "
+                   "first at seed 0 is timed against the base's topr.py")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="the new commit's seeds")
+    p.add_argument("--time-limit", default=None, help="passed to every run of the new commit")
     p.add_argument("--out", required=True, help="an empty or absent folder for the copies")
     args = p.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds, scripts = [int(s) for s in args.seeds.split(",")], args.scripts.split(",")
+    extra = ["--time-limit", args.time_limit] if args.time_limit else []
     print(f"{cpu()}; load average at the start {os.getloadavg()[0]:.2f}", flush=True)
-    base = run(fresh_copy(args.base, f"{args.out}/base"), 0, f"{args.out}/base.log")
-    new = fresh_copy(args.new, f"{args.out}/new")
-    results = {s: run(new, s, f"{args.out}/new-{s}.log") for s in [0] + [s for s in seeds if s]}
+    rows = []
+    if args.base:
+        base = run(fresh_copy(args.base, f"{args.out}/base"), "topr", 0, f"{args.out}/base.log",
+                   [])
+        rows.append((f"{args.base} topr.py seed 0 (fresh copy)", base))
+    new = f"{args.out}/new"
+    if not (os.path.isdir(new) and not args.base):
+        fresh_copy(args.new, new)
+    results = {}
+    for script in scripts:
+        for s in sorted(seeds, key=lambda s: s != 0):  # seed 0 first: it makes the start model
+            results[script, s] = run(new, script, s, f"{args.out}/new-{script}-{s}.log", extra)
+            fresh = args.base and (script, s) == (scripts[0], 0)
+            name = f"{args.new} {script}.py seed {s}"
+            rows.append((name + (" (fresh copy)" if fresh else " (its start model)"),
+                         results[script, s]))
     print("| run | wall (s) | size: greedy start -> end (gain), T = 1 start -> end (gain) |")
     print("|---|---|---|")
-    for name, r in [(f"{args.base} seed 0 (fresh copy)", base)] + [
-            (f"{args.new} seed {s}" + (" (fresh copy)" if s == 0 else " (its start model)"), r)
-            for s, r in results.items()]:
+    for name, r in rows:
         cells = "; ".join(f"{n}: {a:.1f} -> {b:.1f} ({d:+.1f}), {c:.1f} -> {e:.1f} ({g:+.1f})"
                           for n, (a, b, d, c, e, g) in sorted(r["sizes"].items()))
         print(f"| {name} | {r['wall']:.0f} | {cells} |")
-    print(f"wall time, {args.new} / {args.base}, seed 0 from a fresh copy: "
-          f"{results[0]['wall'] / base['wall']:.2f}")
-    for n in sorted(base["sizes"]):
-        greedy = [results[s]["sizes"][n][2] for s in results]
-        sampled = [results[s]["sizes"][n][5] for s in results]
-        print(f"size {n}, {args.new}, mean gain over seeds {sorted(results)}: greedy "
-              f"{sum(greedy) / len(greedy):+.1f} (lowest {min(greedy):+.1f}), T = 1 "
-              f"{sum(sampled) / len(sampled):+.1f} (lowest {min(sampled):+.1f})")
+    if args.base:
+        print(f"wall time, {args.new} / {args.base}, seed 0 from a fresh copy: "
+              f"{results[scripts[0], 0]['wall'] / base['wall']:.2f}")
+    for script in scripts:
+        for n in sorted(results[script, seeds[0]]["sizes"]):
+            greedy = [results[script, s]["sizes"][n][2] for s in seeds]
+            sampled = [results[script, s]["sizes"][n][5] for s in seeds]
+            print(f"{script}.py size {n}, {args.new}, mean gain over seeds {seeds}: greedy "
+                  f"{sum(greedy) / len(greedy):+.1f} (lowest {min(greedy):+.1f}), T = 1 "
+                  f"{sum(sampled) / len(sampled):+.1f} (lowest {min(sampled):+.1f})")
 
 
 if __name__ == "__main__":
