@@ -77,15 +77,17 @@ def main():
         base = run(fresh_copy(args.base, f"{args.out}/base"), "topr", 0, f"{args.out}/base.log",
                    [])
         rows.append((f"{args.base} topr.py seed 0 (fresh copy)", base))
-    new = f"{args.out}/new"
-    if not (os.path.isdir(new) and not args.base):
+    new, label = f"{args.out}/new", args.new
+    if os.path.isdir(new) and not args.base:
+        label = f"{new} (reused)"  # made by an earlier invocation, perhaps of another commit
+    else:
         fresh_copy(args.new, new)
     results = {}
     for script in scripts:
         for s in sorted(seeds, key=lambda s: s != 0):  # seed 0 first: it makes the start model
             results[script, s] = run(new, script, s, f"{args.out}/new-{script}-{s}.log", extra)
             fresh = args.base and (script, s) == (scripts[0], 0)
-            name = f"{args.new} {script}.py seed {s}"
+            name = f"{label} {script}.py seed {s}"
             rows.append((name + (" (fresh copy)" if fresh else " (its start model)"),
                          results[script, s]))
     print("| run | wall (s) | size: greedy start -> end (gain), T = 1 start -> end (gain) |")
@@ -101,7 +103,7 @@ def main():
         for n in sorted(results[script, seeds[0]]["sizes"]):
             greedy = [results[script, s]["sizes"][n][2] for s in seeds]
             sampled = [results[script, s]["sizes"][n][5] for s in seeds]
-            print(f"{script}.py size {n}, {args.new}, mean gain over seeds {seeds}: greedy "
+            print(f"{script}.py size {n}, {label}, mean gain over seeds {seeds}: greedy "
                   f"{sum(greedy) / len(greedy):+.1f} (lowest {min(greedy):+.1f}), T = 1 "
                   f"{sum(sampled) / len(sampled):+.1f} (lowest {min(sampled):+.1f})")
 

@@ -74,6 +74,7 @@ def test_the_closing_lines_say_what_the_run_did_and_what_comes_next(name, stoppe
     ([(0.0, 0.5), (0.0, 0.25)], True),  # every group's rewards equal, or a blanked loss
     ([(0.3, 0.0), (0.2, 0.0)], True),  # no correct sample (TOPR's negatives still give a gradient)
     ([(0.3, 0.5), (0.0, 0.0)], False),
+    ([(0.3, 0.0), (0.0, 0.5)], True),  # a gradient and a correct sample, never in the same step
     ([(0.3, None), (0.2, None)], False)])  # sft.py's rows: no accuracy
 def test_a_run_without_learning_signal_says_so_in_its_closing_lines(name, steps, said, tmp_path):
     rows = [ROWS[0]] + [{"step": i + 1, "grad_norm": g} | ({} if a is None else {"accuracy": a})
