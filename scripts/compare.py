@@ -397,10 +397,9 @@ def plot_path(args) -> str:
     return os.path.splitext(args.results)[0] + ".png"
 
 
-# README's first screen: where every script starts, and each at its defaults (agro.py's: off-policy,
-# with the 512 reference prompts of ROWS, not its default 2048)
+# README's first screen: where every script starts, and each at its defaults (agro.py's: on-policy)
 README_ROWS = {"sft": "sft.py (the start)", "rloo": "rloo.py", "topr": "topr.py",
-               "agro (off-policy)": "agro.py --offline-prompts 512", "spo": "spo.py"}
+               "agro (on-policy)": "agro.py", "spo": "spo.py"}
 
 
 def update_readme(path: str, results: dict, sizes: list[int], args) -> None:

@@ -26,9 +26,9 @@ RUNS = {  # name: (script, flags); a few optimizer steps, evaluations and checkp
     "topr": ("topr.py", ["--iterations", "2", "--prompts", "8", "--group-size", "4",
                          "--batch-size", "8", "--eval-every", "3", "--train-size", "200",
                          "--sampling", "uniform", "--keep", "0"]),  # 7ebd3b2's defaults
-    "agro": ("agro.py", ["--steps", "4", "--prompts", "4", "--group-size", "4",
-                         "--offline-prompts", "8", "--eval-every", "2", "--save-every", "2",
-                         "--train-size", "200"]),
+    "agro": ("agro.py", ["--mode", "offpolicy", "--steps", "4", "--prompts", "4",
+                         "--group-size", "4", "--offline-prompts", "8", "--eval-every", "2",
+                         "--save-every", "2", "--train-size", "200"]),  # 7ebd3b2's mode
     "agro-on": ("agro.py", ["--mode", "onpolicy", "--steps", "4", "--prompts", "4",
                             "--group-size", "4", "--eval-every", "2", "--save-every", "2",
                             "--train-size", "200"]),

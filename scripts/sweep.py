@@ -68,7 +68,7 @@ TOPR_REPORT = {
                  ("c = -0.9", ["--c", "-0.9"], "topr.py's --c, p~ higher"),
                  ("anna-karenina", ["--sampling", "anna-karenina"], "[TOPR] §4.3's selection")]},
 }
-ON, OFF = ["--mode", "onpolicy"], []  # agro.py's two modes
+ON, OFF = ["--mode", "onpolicy"], ["--mode", "offpolicy"]  # agro.py's two modes
 AGRO_SPO = {
     "rloo": ("rloo.py", [], "the reference"),
     "rloo-b0.05": ("rloo.py", ["--beta", "0.05"], "RLOO with the KL in the reward (§8.1)"),

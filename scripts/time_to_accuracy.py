@@ -39,8 +39,8 @@ from tasks import scoring  # noqa: E402
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
 # of its lr decay, and stands at its final weights once it has made them
 ROWS = {"rloo": ("rloo.py", []), "topr": ("topr.py", ["--iterations", "1000"]),
-        "agro": ("agro.py", ["--steps", "1000000"]),
-        "agro-onpolicy": ("agro.py", ["--mode", "onpolicy", "--steps", "1000000"]),
+        "agro-onpolicy": ("agro.py", ["--mode", "onpolicy", "--steps", "1000000"]),  # its default
+        "agro-offpolicy": ("agro.py", ["--mode", "offpolicy", "--steps", "1000000"]),
         "spo": ("spo.py", ["--steps", "1000000"])}
 START, END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 

@@ -467,8 +467,9 @@ class Unigram(torch.nn.Module):
 def _one_step(loss, online, rewards=(1.0, 0.0)):
     """pi = (1/2, 1/2), pi_ref = (1/4, 3/4) over two tokens; one group: y_1 = token 0 (reward 1),
     y_2 = token 1 (reward 0); beta 1, SGD with lr 1. Returns (new logits of pi, metrics)."""
-    _, args = agro.parse_args(["--loss", loss, "--beta", "1", "--group-size", "2", "--lr", "1",
-                               "--warmup", "1", "--clip", "100", "--lr-baseline", "none"])
+    _, args = agro.parse_args(["--mode", "offpolicy", "--loss", loss, "--beta", "1", "--group-size",
+                               "2", "--lr", "1", "--warmup", "1", "--clip", "100", "--lr-baseline",
+                               "none"])
     model, ref = Unigram([0.0, 0.0]), Unigram([math.log(1 / 4), math.log(3 / 4)])
     lp = [[math.log(0.5)], [math.log(0.5)]] if online else None
     group = agro.Group([0], [[0], [1]], list(rewards), ["correct", "wrong"], lp, online)
@@ -507,7 +508,7 @@ def test_nonfinite_loss_stops_before_the_weights_change(capsys):
         _one_step("agro", False, rewards=(float("nan"), 0.0))
     assert e.value.code == 1
     assert "step 1: non-finite loss=nan" in capsys.readouterr().err.strip().splitlines()[-1]
-    _, args = agro.parse_args(["--beta", "1", "--group-size", "2"])
+    _, args = agro.parse_args(["--mode", "offpolicy", "--beta", "1", "--group-size", "2"])
     model = Unigram([0.0, 0.0])
     group = agro.Group([0], [[0], [1]], [float("nan"), 0.0], ["correct", "wrong"], None, False)
     with pytest.raises(SystemExit):
@@ -531,8 +532,9 @@ def _rows(out):
     return [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
 
 
-RUN = ["--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4", "--eval-k", "1",
-       "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0", "--engine", "hf"]
+RUN = ["--mode", "offpolicy", "--max-new-tokens", "32", "--eval-every", "1000", "--eval-size", "4",
+       "--eval-k", "1", "--sizes", "3", "--eval-sizes", "3", "--threads", "1", "--seed", "0",
+       "--engine", "hf"]
 
 
 def _offline_file(tmp_path, problems):
@@ -630,7 +632,8 @@ def test_bad_input_gives_one_line_and_status_2(args, message, tiny_path, tmp_pat
         json.dumps({"nums": [1, 2], "target": 3, "completions": ["a"]}) + "\n")
     model = [] if "--model" in args else ["--model", tiny_path]
     with pytest.raises(SystemExit) as e:
-        agro.main(model + ["--sizes", "3", "--train-size", "10", "--eval-size", "2"] + args)
+        agro.main(model + ["--mode", "offpolicy", "--sizes", "3", "--train-size", "10",
+                           "--eval-size", "2"] + args)
     assert e.value.code == 2
     assert message in capsys.readouterr().err.strip().splitlines()[-1]
 
@@ -642,8 +645,8 @@ def _run_folder(tmp_path, tiny_path, whole):
     """A run folder as agro.py leaves it, with a damaged checkpoint.pt."""
     run = tmp_path / "run"
     run.mkdir()
-    _, args = agro.parse_args(["--model", tiny_path, "--sizes", "3", "--train-size", "10",
-                               "--eval-size", "2"])
+    _, args = agro.parse_args(["--mode", "offpolicy", "--model", tiny_path, "--sizes", "3",
+                               "--train-size", "10", "--eval-size", "2"])
     json.dump({**vars(args), "out": str(run), "model_path": tiny_path},
               open(run / "config.json", "w"))
     if whole:  # a readable dict, the model's weights missing
@@ -665,8 +668,8 @@ def test_corrupt_files_give_one_line_and_status_2(case, message, tiny_path, tmp_
                                                   capsys):
     monkeypatch.chdir(tmp_path)
     good = json.dumps({"nums": [1, 2, 3], "target": 6, "completions": ["a", "b", "c"]})
-    base = ["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2",
-            "--group-size", "3"]
+    base = ["--mode", "offpolicy", "--model", tiny_path, "--sizes", "3", "--train-size", "10",
+            "--eval-size", "2", "--group-size", "3"]
     if case == "truncated offline file":
         (tmp_path / "off.jsonl").write_text(good + "\n" + good[:20])
         argv = base + ["--offline-data", "off.jsonl"]
@@ -709,7 +712,8 @@ def test_cli_fuzz_every_flag_bad_value_is_one_line_and_status_2(flag, tiny_path,
     def loaded(*a, **k):
         raise _Loaded
     monkeypatch.setattr(common, "load_model", loaded)
-    base = ["--model", tiny_path, "--sizes", "3", "--train-size", "10", "--eval-size", "2"]
+    base = ["--mode", "offpolicy", "--model", tiny_path, "--sizes", "3", "--train-size", "10",
+            "--eval-size", "2"]
     for value in _FUZZ_VALUES:
         try:
             agro.main(base + [flag, value])
@@ -808,6 +812,7 @@ def test_a_bad_offline_file_is_refused_before_any_model_is_loaded_or_trained(no_
     --offline-data file is found before that, in one line with exit status 2."""
     (no_sft_run / "empty.jsonl").write_text("")
     with pytest.raises(SystemExit) as e:
-        agro.main(["--offline-data", str(no_sft_run / "empty.jsonl"), "--train-size", "10"])
+        agro.main(["--mode", "offpolicy", "--offline-data", str(no_sft_run / "empty.jsonl"),
+                   "--train-size", "10"])
     assert e.value.code == 2
     assert "empty.jsonl: no offline groups in it" in capsys.readouterr().err

@@ -58,7 +58,8 @@ def _step(name: str, tiny_path, device) -> tuple[dict, dict]:
         row = topr.topr_step(model, optimizer, rows, REWARDS * len(FOUR), args, pad, 0)
     elif name.startswith("agro"):  # on-policy and offline groups; klpg: the per-token KL too
         loss = name.split()[1]
-        args = agro.parse_args(["--group-size", str(K), "--micro-batch", "2", "--loss", loss])[1]
+        args = agro.parse_args(["--mode", "offpolicy", "--group-size", str(K), "--micro-batch", "2",
+                                "--loss", loss])[1]
         batch = [agro.Group(g[0].prompt_ids, [s.ids for s in g], REWARDS, ["wrong"] * K,
                             [s.logprobs for s in g] if i % 2 else None, bool(i % 2))
                  for i, g in enumerate(groups)]

@@ -94,8 +94,8 @@ BUDGETS = {  # a step or two of each
     "rloo": ["--steps", "1", "--prompts", "2", "--group-size", "2", "--train-size", "8"],
     "topr": ["--iterations", "1", "--prompts", "2", "--group-size", "2", "--batch-size", "4",
              "--train-size", "8"],
-    "agro": ["--steps", "1", "--prompts", "2", "--group-size", "2", "--offline-prompts", "2",
-             "--train-size", "8"],
+    "agro": ["--mode", "offpolicy", "--steps", "1", "--prompts", "2", "--group-size", "2",
+             "--offline-prompts", "2", "--train-size", "8"],
     "spo": ["--steps", "1", "--train-size", "2", "--batch-size", "4", "--group-size", "2"],
 }
 

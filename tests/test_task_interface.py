@@ -66,8 +66,8 @@ SCRIPTS = {  # a step or two of each
     "rloo": (rloo, ["--steps", "1", "--prompts", "2", "--group-size", "2", "--train-size", "8"]),
     "topr": (topr, ["--iterations", "1", "--prompts", "2", "--group-size", "2", "--batch-size", "4",
                     "--train-size", "8"]),
-    "agro": (agro, ["--steps", "1", "--prompts", "2", "--group-size", "2", "--offline-prompts", "2",
-                    "--train-size", "8"]),
+    "agro": (agro, ["--mode", "offpolicy", "--steps", "1", "--prompts", "2", "--group-size", "2",
+                    "--offline-prompts", "2", "--train-size", "8"]),
     "spo": (spo, ["--steps", "1", "--train-size", "2", "--batch-size", "4",
                   "--group-size", "2"]),
 }
