@@ -457,8 +457,7 @@ def main(argv=None):
         if args.lr_baseline == "var" and n_online > 0 and args.group_size < 3:
             raise ValueError("--lr-baseline var needs --group-size >= 3 (or --lr-baseline none)")
         if args.offline_data and n_online == args.prompts:
-            raise ValueError("--offline-data is unused when every group is on-policy: "
-                             "add --mode offpolicy")
+            raise ValueError("--offline-data is unused with all groups on-policy: --mode offpolicy")
         pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
