@@ -85,7 +85,7 @@ def parse_args(argv=None):
         help="offline groups (read_offline); None: pi_ref's samples")
     add("--offline-prompts", type=common.positive_int, default=2048,
         help="without --offline-data: prompts pi_ref samples first")
-    add("--steps", type=common.positive_int, default=125, help="optimizer steps: 5 min, 2 cores")
+    add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
     add("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     add("--group-size", type=common.positive_int, default=8, help="completions a prompt (n, >= 2)")
     add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",

@@ -89,7 +89,7 @@ def parse_args(argv=None):
     add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
-    add("--steps", type=common.positive_int, default=125, help="optimizer steps: 5 min, 2 cores")
+    add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
     add("--lr", type=common.positive_float, default=6e-5,
         help="AdamW lr, constant after warm-up: larger rates collapsed the tiny model")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
