@@ -1,0 +1,669 @@
+"""The papers' headline claims in miniature: each run like for like from one start model, 3 seeds,
+a verdict by one rule; writes docs/CLAIMS.md and its plots (docs/CLAIMS-<claim>.png).
+
+    python scripts/claims.py all --sft runs/sft-countdown/final        # every claim, 2 cores
+    python scripts/claims.py topr-fig5 --sft runs/sft-countdown/final  # one claim
+    python scripts/claims.py all --quick --out /tmp/claims --doc /tmp/CLAIMS.md   # smoke run
+
+Every arm is one command of an algorithm script from the --sft model with --seed s; --jobs runs
+side by side, one torch thread each (fixed steps, so the figures do not depend on the clock), run
+by scripts/compare.py's runner (a finished run is kept: an interrupted claim goes on where it
+stopped). Within a seed every arm of a claim shares the held-out problems, the evaluation draws
+and, where a claim trains off-policy, the same samples of the start model (POOL below). Each claim
+writes OUT/<claim>/result.json; the doc is rebuilt from every result.json under OUT, so one claim
+run alone updates its own rows. The hand-written investigations (docs/CLAIMS-notes.md) follow.
+
+[TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient
+reinforcement learning for LLMs", 2025, arXiv:2503.14286. [AGRO] Tang et al., "RL-finetuning LLMs
+from on- and off-policy data with a single algorithm", 2025, arXiv:2503.19612. [SPO] Cohen et al.,
+"Soft Policy Optimization: Online Off-Policy RL for Sequence Models", 2025, arXiv:2503.05453.
+[CR] the course report "Off-Policy Finetuning for LLM Math Reasoning".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # noqa: E402  (its runner: one command to completion, a finished run kept)
+from compare import ROOT, common  # noqa: E402
+import topr  # noqa: E402
+from tasks import get_task, scoring  # noqa: E402
+
+SIZES = (3, 4)  # Countdown's; every figure below is the mean over both (400 held-out problems)
+# [TOPR] §4.2's setting: +1/-1 reward, each log-prob over its length, clip 1, mu at T = 1 and
+# top-p 1, constant lr, no KL; every sample of the data (uniform, keep 0), one iteration.
+T = ["--reward", "pm1", "--iterations", "1", "--sampling", "uniform", "--keep", "0",
+     "--temperature", "1", "--top-p", "1", "--loss-norm", "seq/len", "--clip", "1",
+     "--batch-size", "64", "--lr", "5e-5"]
+# POOL: 4,000 training prompts x 8 samples of the start model at T = 1 (with LP_mu), one file a
+# seed, shared by the TOPR claims; --keep 1 trains one one-sample step after drawing them.
+POOL = ["--iterations", "1", "--prompts", "4000", "--group-size", "8", "--sampling", "uniform",
+        "--keep", "1", "--eval-size", "1", "--eval-k", "1"]
+PTILDE = (0.01, 0.05, 0.10, 0.20, 0.50, 1.00)  # [TOPR] Fig. 5's x axis: 1% ... 100%
+N_MIX = 6400  # samples of each composed dataset (p = 10% and 50%): 100 steps of 64
+# [AGRO] §8.1: the on-policy variants with identical hyper-parameters (agro.py's batch of
+# 32 prompts x 8), both sizes, 125 steps, warm-up then a constant lr for every script.
+A = ["--sizes", "3,4", "--prompts", "32", "--group-size", "8", "--steps", "125", "--lr", "6e-5",
+     "--warmup", "10", "--eval-every", "25"]
+# [AGRO] §8.2: pi_ref's samples fixed (512 prompts x 8), 16 steps an epoch, 10 epochs.
+O = ["--mode", "offpolicy", "--offline-prompts", "512", "--sizes", "3,4", "--prompts", "32",
+     "--group-size", "8", "--steps", "160", "--eval-every", "16"]
+# [SPO] §5: CE loss, T ~ U(0.1, 0.8), top-p 0.95, pi_s updated every 10 steps; beta = 1/ln 1e5.
+S = ["--loss", "ce", "--temperature", "0.1,0.8", "--top-p", "0.95", "--model-update-interval",
+     "10", "--steps", "125", "--eval-every", "25", "--eval-k", "20"]
+SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
+SPO_BETA = 1 / math.log(1e5)
+RULE = ("For each contrast d = arm - comparator, seed by seed, signed so that the paper's "
+        "direction is positive: **reproduced** if the mean of d over the seeds exceeds one sample "
+        "sd, **not reproduced** if it is below minus one sd, **inconclusive** otherwise (with 3 "
+        "seeds, mean > sd is t > 1.73, one-sided p about 0.11: a screen, not a test). A claim is "
+        "reproduced when every contrast is, not reproduced when none is and one is opposite, "
+        "inconclusive when all are within the noise, **partly** otherwise.")
+
+
+def c_for(p: float, pt: float) -> float:
+    """[TOPR] Eq. 12 solved for c: the baseline giving effective positive share pt at share p."""
+    c = (p - pt) / (p + pt * (1 - 2 * p))
+    assert abs(topr.p_tilde_pm1(p, c) - pt) < 1e-9
+    return c
+
+
+# ---- The claims --------------------------------------------------------------------------------
+# Each: the paper's words and setting, ours, the arms (name: script, flags, "paper" or "ours": a
+# stand-in for a baseline the project lacks), the contrasts (text, function of one seed's figures
+# m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50}.
+def at(run, step):  # the evaluation at `step` (the last one before it)
+    return [e for e in run["curve"] if e["step"] <= step][-1]
+
+
+CLAIMS = {
+    "topr-fig1": dict(
+        paper="[TOPR] Fig. 1, §4.3",
+        says="trained off-policy for longer, naive REINFORCE degrades while TOPR keeps improving "
+             "(\"TOPR rapidly improves on the base model\"; naive \"collapses as pi moves away "
+             "from mu\")",
+        setting="one iteration: samples of the base model (GSM8K 7,473 x 16), one epoch over "
+                "them, reward +1/-1, no baseline (c = 0), no KL; test pass@1 along training",
+        ours="one pass over POOL (32,000 samples of the start model at T = 1, ~21% correct: "
+             "500 steps of 64), c = 0, lr 5e-5; acc at T = 1 every 50 steps",
+        arms={"topr": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "topr",
+                                       "--eval-every", "50"], "paper"),
+              "naive": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "naive",
+                                        "--eval-every", "50"], "paper")},
+        contrasts=[("TOPR end - naive end", lambda m: m["topr"]["acc"] - m["naive"]["acc"]),
+                   ("naive degrades: naive peak - naive end",
+                    lambda m: m["naive"]["peak"] - m["naive"]["acc"]),
+                   ("TOPR keeps improving: TOPR end - TOPR half-way",
+                    lambda m: m["topr"]["acc"] - at(m["topr"], m["topr"]["steps"] // 2)["acc"]),
+                   ("TOPR improves on the start: TOPR end - start",
+                    lambda m: m["topr"]["acc"] - m["topr"]["start"])],
+        plot="curve"),
+    "topr-fig4": dict(
+        paper="[TOPR] Fig. 4, §4.3",
+        says="training on all examples beats positives alone (\"substantially lower "
+             "performance\") and leaves fewer questions with no correct answer",
+        setting="the same samples with every negative removed, trained the same way (one "
+                "epoch); pass@1, and a histogram of correct generations per question",
+        ours="POS: POOL's correct samples (~6,700: one pass, ~105 steps) against topr-fig1's "
+             "TOPR arm (all 32,000, 500 steps), c = 0; no correct answer = 1 - pass@8",
+        arms={"all": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "topr",
+                                      "--eval-every", "50"], "paper"),
+              "positives": ("topr.py", T + ["--data", "{pos}", "--c", "0", "--loss", "topr",
+                                            "--eval-every", "25"], "paper")},
+        contrasts=[("all - positives (acc, each one pass)",
+                    lambda m: m["all"]["acc"] - m["positives"]["acc"]),
+                   ("all - positives (acc at positives' last step)",
+                    lambda m: at(m["all"], m["positives"]["steps"])["acc"]
+                    - m["positives"]["acc"]),
+                   ("no correct of 8: positives - all",
+                    lambda m: m["all"]["pass"] - m["positives"]["pass"])],
+        plot="curve", shared={"all": "topr-fig1/topr"}),
+    "topr-fig5": dict(
+        paper="[TOPR] Fig. 5, §4.3",
+        says="accuracy peaks at an effective positive share p~ of 10-20%, whatever the real "
+             "share p, and falls markedly above 50%",
+        setting="50,000 examples with p = 10% or 50% positives; c set so that p~ (Eq. 12) runs "
+                "from 1% to 100%; test accuracy against p~",
+        ours=f"{N_MIX:,} samples drawn from POOL at p = 10% and 50% (one pass, 100 steps), c from "
+             "Eq. 12 for p~ = 1, 5, 10, 20, 50, 100%",
+        arms={f"p{p}-pt{round(100 * pt)}": (
+            "topr.py", T + ["--data", "{d%d}" % p, "--c", f"{c_for(p / 100, pt):.4f}",
+                            "--loss", "topr"], "paper") for p in (10, 50) for pt in PTILDE},
+        contrasts=[(f"p = {p}%: p~ 10-20% - p~ {x}%",
+                    lambda m, p=p, x=x: (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
+                    - m[f"p{p}-pt{x}"]["acc"]) for p in (10, 50) for x in (1, 50, 100)],
+        plot="ptilde"),
+    "topr-fig6": dict(
+        paper="[TOPR] Fig. 6, §4.3",
+        says="at a low share of positives (p = 10%), TOPR above truncated IS across p~ (\"TOPR "
+             "recovers from these cases while TIS cannot\"); no difference at a high share",
+        setting="the p = 10% dataset of Fig. 5, TIS or TOPR, accuracy against p~",
+        ours="topr-fig5's p = 10% arms (TOPR) against --loss tis on the same data and c",
+        arms={**{f"{loss}-pt{round(100 * pt)}": (
+            "topr.py", T + ["--data", "{d10}", "--c", f"{c_for(0.1, pt):.4f}", "--loss", loss],
+            "paper") for loss in ("topr", "tis") for pt in PTILDE}},
+        contrasts=[("TOPR - TIS, mean over p~ 1, 5, 10%",
+                    lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"]
+                                              for x in (1, 5, 10))),
+                   ("TOPR - TIS, mean over all six p~",
+                    lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"]
+                                              for x in (1, 5, 10, 20, 50, 100)))],
+        plot="ptilde",
+        shared={f"topr-pt{round(100 * pt)}": f"topr-fig5/p10-pt{round(100 * pt)}"
+                for pt in PTILDE}),
+    "agro-fig2": dict(
+        paper="[AGRO] Figs. 2-3, §8.1",
+        says="on-policy AGRO is at least as fast as the on-policy baseline at the same beta "
+             "(\"faster progress on the reward given same number of epochs\")",
+        setting="regularised PG, off-policy AGRO on on-policy samples and on-policy AGRO, "
+                "identical hyper-parameters and samples, one beta, 2 seeds; reward and accuracy "
+                "along training (beta, batch and lr are lost from our copy of the paper)",
+        ours="beta 0.05, 32 prompts x 8, 125 steps, lr 6e-5 constant after 10 warm-up steps, "
+             "both sizes; the mean over the 5 evaluations after the start (area between curves)",
+        arms={"rloo": ("rloo.py", A + ["--beta", "0.05", "--lr-schedule", "constant"],
+                       "paper: KL in the reward"),
+              "agro-l0": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
+                                          "--lambda-lr", "0"], "paper: off-policy AGRO"),
+              "agro-l1": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
+                                          "--lambda-lr", "1"], "paper: g_LR weight 1"),
+              "agro-lb2": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
+                                           "--lambda-lr", "0.025"], "ours: lambda_LR = beta / 2")},
+        contrasts=[("on-policy AGRO (weight 1) - RLOO, mean along training",
+                    lambda m: m["agro-l1"]["area"] - m["rloo"]["area"]),
+                   ("on-policy AGRO (beta/2) - RLOO, mean along training",
+                    lambda m: m["agro-lb2"]["area"] - m["rloo"]["area"])],
+        plot="curve"),
+    "agro-fig5": dict(
+        paper="[AGRO] Fig. 5, §8.2",
+        says="offline, over epochs on one dataset, AGRO peaks higher than KL-regularised PG "
+             "and is better at equal epochs; unregularised PG (beta = 0) crashes",
+        setting="samples of the reference policy, fixed throughout training; KL-PG with the "
+                "per-token KL at AGRO's beta; accuracy against epochs",
+        ours="512 prompts x 8 of the start model, 16 steps an epoch, 10 epochs, beta 0.3 "
+             "(agro.py's off-policy default; the paper's is lost)",
+        arms={"agro": ("agro.py", O + ["--loss", "agro", "--beta", "0.3"], "paper"),
+              "klpg": ("agro.py", O + ["--loss", "klpg", "--beta", "0.3"], "paper"),
+              "pg0": ("agro.py", O + ["--loss", "klpg", "--beta", "0"], "paper")},
+        contrasts=[("AGRO peak - KL-PG peak", lambda m: m["agro"]["peak"] - m["klpg"]["peak"]),
+                   ("AGRO - KL-PG, mean over epochs",
+                    lambda m: m["agro"]["area"] - m["klpg"]["area"]),
+                   ("PG at beta 0 crashes: its peak - its end",
+                    lambda m: m["pg0"]["peak"] - m["pg0"]["acc"])],
+        plot="curve"),
+    "agro-fig6": dict(
+        paper="[AGRO] Fig. 6, §8.3",
+        says="a larger beta learns more slowly at the same number of steps and spends less KL",
+        setting="beta varied for regularised PG and off-policy AGRO on on-policy samples; "
+                "performance against steps and against KL",
+        ours="agro.py on-policy, lambda_LR 0 (both of the paper's arms at once on fresh "
+             "samples), beta 0, 0.02, 0.05, 0.2, 0.5; agro-fig2's setting",
+        arms={f"b{b}": ("agro.py", A + ["--mode", "onpolicy", "--beta", b, "--lambda-lr", "0"],
+                        "paper") for b in ("0", "0.02", "0.05", "0.2", "0.5")},
+        contrasts=[("slower: beta 0.02 - beta 0.5, mean gain along training",
+                    lambda m: m["b0.02"]["area"] - m["b0.5"]["area"]),
+                   ("less KL: KL at the end, beta 0.02 - beta 0.5",
+                    lambda m: m["b0.02"]["kl"] - m["b0.5"]["kl"])],
+        plot="kl", shared={"b0.05": "agro-fig2/agro-l0"}),
+    "spo-fig1": dict(
+        paper="[SPO] Fig. 1, §5",
+        says="SPO improves pass@10 and keeps it above PPO's (same beta), whose pass@10 declines; "
+             "PPO is better at pass@1 (8.4 against 6.3 / 6.0); half-online SPO (offline correct "
+             "solutions mixed in) above pure online",
+        setting="beta = 1/ln 1e5, CE loss, online samples at T ~ U(0.1, 0.8), top-p 0.95, "
+                "pi_s updated every 10 steps; PPO with the KL in the reward at the same beta; "
+                "half-online: 50% correct offline solutions from five sources; pass@k from 20 "
+                "samples at T = 0.4, top-p 0.95",
+        ours="125 steps of 256 sequences; PPO stand-in: rloo.py with the KL in the reward at "
+             "SPO's beta, 32 prompts x 8 (ours); offline set: correct samples of three of the "
+             "five sources (the start model, the online SPO run, the stand-in; no Llama-70B or "
+             "human solutions); pass@1 and pass@10 from 20 samples a problem",
+        arms={"spo": ("spo.py", S, "paper"),
+              "ppo": ("rloo.py", ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32",
+                                  "--group-size", "8", "--train-size", "256", "--steps", "125",
+                                  "--lr-schedule", "constant", "--eval-every", "25",
+                                  "--eval-k", "20"], "ours: PPO stand-in, RLOO with the KL in R"),
+              "spo-half": ("spo.py", S + ["--online-fraction", "0.5", "--offline-data",
+                                          "{offline}", "--q0-cache", "{q0}"], "paper")},
+        contrasts=[("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"]),
+                   ("pass@10: SPO - PPO", lambda m: m["spo"]["p10"] - m["ppo"]["p10"]),
+                   ("pass@1: PPO - SPO", lambda m: m["ppo"]["p1"] - m["spo"]["p1"]),
+                   ("PPO's pass@10 declines: start - PPO",
+                    lambda m: m["ppo"]["p10_0"] - m["ppo"]["p10"]),
+                   ("pass@10: half-online - online",
+                    lambda m: m["spo-half"]["p10"] - m["spo"]["p10"])],
+        plot="curve"),
+    "cr-table1": dict(
+        paper="[CR] Table 1",
+        says="TOPR with reward A (0.4060) and A then B (0.4849) above SFT (0.3385); RLOO "
+             "(0.2140) and TOPR with the original reward (0.2270) below it",
+        setting="mean reward (1 correct, 0.1 formatted, 0) at T = 0.15, top-p 0.9, top-k 30 on "
+                "200 test problems; TOPR on 1,000 completions of the SFT model at T = 0.15, lr "
+                "1e-4; RLOO k = 16, beta 0, the same lr",
+        ours="topr.py --report-variant (the report's setting); RLOO: 4 prompts x 16, lr 1e-4, "
+             "250 steps (1,000 prompts: [CR] gives no RLOO budget), original reward; 8 samples "
+             "a problem at the report's decoding",
+        arms={v: ("topr.py", ["--report-variant", v], "paper") for v in ("original", "A", "A+B")}
+        | {"rloo": ("rloo.py", ["--beta", "0", "--group-size", "16", "--prompts", "4", "--lr",
+                                "1e-4", "--train-size", "500", "--steps", "250", "--reward",
+                                "original"], "paper")},
+        contrasts=[("A - SFT", lambda m: m["A"]["score"] - m["A"]["score0"]),
+                   ("A then B - SFT", lambda m: m["A+B"]["score"] - m["A+B"]["score0"]),
+                   ("SFT - RLOO", lambda m: m["rloo"]["score0"] - m["rloo"]["score"]),
+                   ("SFT - original", lambda m: m["original"]["score0"]
+                    - m["original"]["score"])],
+        plot=None, digits=3),  # [CR]'s mean reward, in [0, 1]
+}
+# The shorter budgets of --quick, by script (later flags win): a smoke run of every claim.
+QUICK = {"topr.py": ["--prompts", "64", "--eval-size", "20", "--eval-k", "4", "--eval-every", "4"],
+         "rloo.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4"],
+         "agro.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4",
+                     "--offline-prompts", "16"],
+         "spo.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4",
+                    "--train-size", "16", "--q0-samples", "8", "--batch-size", "32"]}
+
+
+# ---- Running the arms ----------------------------------------------------------------------------
+def run(script: str, flags: list[str], out: str, seed: int, args) -> str:
+    """One script from the start model with this seed, to its end (or the finished run in out)."""
+    flags = flags + (QUICK.get(script, []) if args.quick else [])
+    cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads",
+           str(args.threads), "--out", out, *flags]
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    name = os.path.relpath(out, args.out).replace(os.sep, "-")
+    compare.run_script(name, cmd, out, os.path.join(args.out, "logs"))
+    return out
+
+
+def run_dir(cid: str, arm: str, seed: int, args) -> str:
+    """An arm's run folder; an arm identical to another claim's shares that claim's runs."""
+    return os.path.join(args.out, CLAIMS[cid].get("shared", {}).get(arm, f"{cid}/{arm}")
+                        + f"-s{seed}")
+
+
+def side_by_side(fn, jobs: list, n: int) -> list:
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda job: fn(*job), jobs))
+
+
+def pool_files(seed: int, args) -> dict:
+    """POOL (the start model's samples, one topr.py run) and the data composed from it: POS (its
+    correct samples) and d10 / d50 (N_MIX samples at 10% / 50% positives, drawn within each class
+    with this seed)."""
+    out = os.path.join(args.out, f"pool-s{seed}")
+    quick = ["--prompts", "64", "--eval-size", "1"] if args.quick else []
+    run("topr.py", POOL + quick, out, seed, args)
+    files = {"pool": os.path.join(out, "data-0.jsonl")}
+    with open(files["pool"]) as f:
+        rows = f.readlines()
+    task = get_task("countdown")
+    ok = [task.is_correct((row := json.loads(r))["problem"], row["completion"]) for r in rows]
+    good = [r for r, c in zip(rows, ok) if c]
+    bad = [r for r, c in zip(rows, ok) if not c]
+    n = min(N_MIX, len(rows) // 8) if args.quick else N_MIX
+    rng = random.Random(seed)
+    parts = {"pos": good}
+    for p in (10, 50):
+        k = round(n * p / 100)
+        parts[f"d{p}"] = rng.sample(good, k) + rng.sample(bad, n - k)
+    for name, chosen in parts.items():
+        files[name] = os.path.join(out, f"{name}.jsonl")
+        if not os.path.exists(files[name]):
+            rng.shuffle(chosen)
+            with open(files[name] + ".tmp", "w") as f:
+                f.writelines(chosen)
+            os.replace(files[name] + ".tmp", files[name])
+    files["p"] = len(good) / len(rows)
+    return files
+
+
+def spo_offline(seed: int, claim_dir: str, args) -> dict:
+    """[SPO] §5's offline set in miniature: correct samples (T ~ U(0.1, 1), top-p 0.95) of the
+    start model, the online SPO run and the PPO stand-in, one file, duplicates dropped."""
+    path = os.path.join(claim_dir, f"offline-s{seed}.jsonl")
+    if not os.path.exists(path):
+        seen, rows = set(), []
+        for name, model in [("start", args.sft), ("spo", f"{claim_dir}/spo-s{seed}/final"),
+                            ("ppo", f"{claim_dir}/ppo-s{seed}/final")]:
+            part = os.path.join(claim_dir, f"offline-{name}-s{seed}.jsonl")
+            if not os.path.exists(part):
+                quick = ["--train-size", "16"] if args.quick else []
+                compare.subprocess.run(
+                    [sys.executable, "scripts/spo_offline_data.py", "--model", model, "--out",
+                     part, "--correct-only", "--seed", str(seed), "--threads",
+                     str(args.threads * args.jobs), *quick], cwd=ROOT, check=True)
+            for line in open(part):
+                r = json.loads(line)
+                key = (json.dumps(r["nums"]), r["target"], r["completion"])
+                if key not in seen:
+                    seen.add(key)
+                    rows.append(line)
+        with open(path + ".tmp", "w") as f:
+            f.writelines(rows)
+        os.replace(path + ".tmp", path)
+    return {"offline": path, "q0": os.path.join(claim_dir, f"spo-s{seed}", "q0.jsonl")}
+
+
+def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads: int) -> dict:
+    """Correct answers out of k a held-out problem (the runs' problems of this seed) and the mean
+    reward of every variant, under one decoding; in a fresh process (torch state)."""
+    common.setup(seed, threads)
+    task = get_task("countdown")
+    m, tok = common.load_model(model)
+    engine = common.make_engine("auto", m, tok, model, seed=seed)
+    out = {"correct": [], "rewards": {}}
+    for n in SIZES:
+        problems = task.get_problems("test", size, size=n, seed=seed)
+        prompts = common.encode_prompts(task, problems, tok, common.prompt_style(m, tok))
+        groups = engine.generate(prompts, common.SamplingConfig(k, 64, seed=seed, **decoding))
+        out["correct"] += [sum(task.is_correct(p, s.text) for s in g)
+                           for p, g in zip(problems, groups)]
+        scores = scoring.score(task, problems, groups, "sampled", all_rewards=True)
+        for v in task.REWARD_VARIANTS:
+            out["rewards"].setdefault(v, []).append(scores[f"sampled/reward_{v}"])
+    return out
+
+
+def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) -> list[dict]:
+    """final_eval of (model, cache file, seed) each, kept in its cache file."""
+    size = 20 if args.quick else 200
+    missing = [(m, c, s) for m, c, s in todo if not os.path.exists(c)]
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+        for (_, cache, _), r in zip(missing, pool.map(
+                final_eval, *zip(*[(m, s, k, decoding, size, args.threads)
+                                   for m, _, s in missing]))):
+            compare.write_json(cache, r)
+    return [compare.read_json(c) for _, c, _ in todo]
+
+
+# ---- What each run is worth ----------------------------------------------------------------------
+def acc(row: dict) -> float:
+    """Held-out accuracy at T = 1 over both sizes (the runs' own evaluation), in %."""
+    return 100 * statistics.mean(row[f"eval{n}/sampled/accuracy"] for n in SIZES)
+
+
+def figures(out: str) -> dict:
+    """A run's curve (step, acc, format rate, pass@k) and its summary figures."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    evals = [r for r in rows if f"eval{SIZES[0]}/sampled/accuracy" in r]
+    train = [r for r in rows if "loss" in r]
+    pk = next(key for key in evals[-1] if key.startswith(f"eval{SIZES[0]}/pass@"))[6:]
+    curve = [{"step": e["step"], "acc": acc(e),
+              "format": 100 * statistics.mean(e[f"eval{n}/sampled/format_rate"] for n in SIZES),
+              "pass": 100 * statistics.mean(e[f"eval{n}/{pk}"] for n in SIZES)} for e in evals]
+    kl = [r["kl_to_ref"] for r in train if "kl_to_ref" in r][-10:]
+    return {"curve": curve, "start": curve[0]["acc"], "acc": curve[-1]["acc"],
+            "pass": curve[-1]["pass"], "format": curve[-1]["format"],
+            "peak": max(c["acc"] for c in curve), "steps": rows[-1]["step"],
+            "area": statistics.mean(c["acc"] for c in curve[1:]) if len(curve) > 1 else math.nan,
+            "kl": statistics.mean(kl) if kl else math.nan,
+            "reward": [(r["step"], r["reward"]) for r in train if "reward" in r]}
+
+
+def pass_k(counts: list[int], n: int, k: int) -> float:
+    return 100 * statistics.mean(scoring.pass_at_k(n, c, k) for c in counts)
+
+
+def run_claim(cid: str, args) -> dict:
+    """Every arm of one claim for every seed, then its figures, contrasts and verdict."""
+    claim, claim_dir = CLAIMS[cid], os.path.join(args.out, cid)
+    os.makedirs(claim_dir, exist_ok=True)
+    started = time.time()
+    files = {s: {} for s in args.seeds}
+    if any("{pool}" in " ".join(f) or "{d" in " ".join(f) or "{pos}" in " ".join(f)
+           for _, f, _ in claim["arms"].values()):
+        for s, fl in zip(args.seeds, side_by_side(pool_files, [(s, args) for s in args.seeds],
+                                                  args.jobs)):
+            files[s].update(fl)
+    later = [a for a, (_, f, _) in claim["arms"].items() if "{offline}" in f]
+    jobs = []
+    for stage in ([a for a in claim["arms"] if a not in later], later):
+        if stage is later and later:  # spo-fig1's half-online arm needs the others' models
+            for s in args.seeds:
+                files[s].update(spo_offline(s, claim_dir, args))
+        jobs = [(claim["arms"][a][0], [x.format(**files[s]) for x in claim["arms"][a][1]],
+                 run_dir(cid, a, s, args), s, args)
+                for a in stage for s in args.seeds]
+        side_by_side(run, jobs, args.jobs)
+    m = {s: {a: figures(run_dir(cid, a, s, args)) for a in claim["arms"]}
+         for s in args.seeds}
+    if cid == "spo-fig1":  # pass@1 and pass@10 from 20 samples at T = 0.4, top-p 0.95
+        k, n = (4, 2) if args.quick else (20, 10)
+        todo = [(args.sft, os.path.join(claim_dir, f"start-eval-s{s}.json"), s)
+                for s in args.seeds]
+        todo += [(f"{claim_dir}/{a}-s{s}/final", f"{claim_dir}/{a}-s{s}/eval-spo.json", s)
+                 for a in claim["arms"] for s in args.seeds]
+        ev = dict(zip([(c, s) for _, c, s in todo], final_evals(todo, k, SPO_EVAL, args)))
+        for s in args.seeds:
+            start = ev[(os.path.join(claim_dir, f"start-eval-s{s}.json"), s)]["correct"]
+            for a in claim["arms"]:
+                end = ev[(f"{claim_dir}/{a}-s{s}/eval-spo.json", s)]["correct"]
+                m[s][a].update(p1=pass_k(end, k, 1), p10=pass_k(end, k, n),
+                               p1_0=pass_k(start, k, 1), p10_0=pass_k(start, k, n))
+    if cid == "cr-table1":  # mean reward_original, 8 samples at T = 0.15, top-p 0.9, top-k 30
+        todo = [(args.sft, os.path.join(claim_dir, f"start-eval-s{s}.json"), s)
+                for s in args.seeds]
+        todo += [(f"{claim_dir}/{a}-s{s}/final", f"{claim_dir}/{a}-s{s}/eval-cr.json", s)
+                 for a in claim["arms"] for s in args.seeds]
+        ev = dict(zip([(c, s) for _, c, s in todo],
+                      final_evals(todo, 8, compare.REPORT_DECODING, args)))
+        for s in args.seeds:
+            start = ev[(os.path.join(claim_dir, f"start-eval-s{s}.json"), s)]["rewards"]
+            for a in claim["arms"]:
+                end = ev[(f"{claim_dir}/{a}-s{s}/eval-cr.json", s)]["rewards"]
+                m[s][a].update(score=statistics.mean(end["original"]),
+                               score0=statistics.mean(start["original"]))
+    contrasts = []
+    for text, fn in claim["contrasts"]:
+        d = [fn(m[s]) for s in args.seeds]
+        contrasts.append({"text": text, "d": d, "verdict": verdict_of(d, args.quick)})
+    result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
+              "minutes": (time.time() - started) / 60, "figures": m,
+              "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
+              "verdict": claim_verdict([c["verdict"] for c in contrasts]),
+              "commands": {a: [sc, *fl] for a, (sc, fl, _) in claim["arms"].items()}}
+    compare.write_json(os.path.join(claim_dir, "result.json"), result)
+    print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
+    return result
+
+
+def verdict_of(d: list[float], quick: bool = False) -> str:
+    """The rule (RULE) for one contrast, d seed by seed."""
+    if quick or len(d) < 2:
+        return "smoke" if quick else "one seed"
+    m, sd = statistics.mean(d), statistics.stdev(d)
+    return "reproduced" if m > sd else "not reproduced" if m < -sd else "inconclusive"
+
+
+def claim_verdict(verdicts: list[str]) -> str:
+    """The rule (RULE) for a claim from its contrasts' verdicts."""
+    if set(verdicts) <= {"smoke", "one seed"}:
+        return verdicts[0]
+    if all(v == "reproduced" for v in verdicts):
+        return "reproduced"
+    if "reproduced" not in verdicts and "not reproduced" in verdicts:
+        return "not reproduced"
+    return "inconclusive" if all(v == "inconclusive" for v in verdicts) else "partly"
+
+
+# ---- docs/CLAIMS.md and its plots ----------------------------------------------------------------
+def ms(values: list[float], digits: int = 1) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    sd = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.{digits}f}{sd}"
+
+
+HEADLINE = {"spo-fig1": [("pass@10", "p10"), ("pass@1", "p1")],  # else: acc at T = 1, %
+            "cr-table1": [("mean reward (original)", "score")],
+            "agro-fig6": [("acc", "acc"), ("mean along training", "area"), ("KL to start", "kl")],
+            "agro-fig2": [("acc", "acc"), ("mean along training", "area")],
+            "agro-fig5": [("acc", "acc"), ("peak", "peak"), ("mean over epochs", "area")],
+            "topr-fig4": [("acc", "acc"), ("no correct answer of k", "none")]}
+
+
+def arm_table(cid: str, r: dict) -> list[str]:
+    cols = HEADLINE.get(cid, [("acc", "acc")])
+    digits = CLAIMS[cid].get("digits", 1)
+    seeds = [str(s) for s in r["seeds"]]
+    start = {"p10": "p10_0", "p1": "p1_0", "score": "score0", "acc": "start", "area": "start",
+             "peak": "start", "none": "none0"}
+    lines = ["| arm | " + " | ".join(c for c, _ in cols) + " | steps | command (+ --model START "
+             "--seed S) |", "|---" * (len(cols) + 3) + "|"]
+    first = next(iter(r["commands"]))
+    lines.append("| start model | " + " | ".join(
+        ms([get(r["figures"][s][first], start.get(k, "")) for s in seeds], digits)
+        for _, k in cols)
+        + " | 0 | |")
+    for arm, cmd in r["commands"].items():
+        lines.append(f"| {arm} ({CLAIMS[cid]['arms'][arm][2]}) | " + " | ".join(
+            ms([get(r["figures"][s][arm], k) for s in seeds], digits) for _, k in cols)
+            + f" | {r['figures'][seeds[0]][arm]['steps']} | `{' '.join(cmd)}` |")
+    return lines
+
+
+def get(f: dict, key: str) -> float:
+    if key == "none":  # no correct answer among the final evaluation's k samples, %
+        return 100 - f["pass"]
+    if key == "none0":
+        return 100 - f["curve"][0]["pass"]
+    return f.get(key, math.nan)
+
+
+def plot(cid: str, r: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    kind, seeds, arms = CLAIMS[cid]["plot"], [str(s) for s in r["seeds"]], r["commands"]
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    if kind == "ptilde":  # [TOPR] Figs. 5-6: final acc against p~ on a log axis
+        groups = {}
+        for arm in arms:
+            name, pt = arm.rsplit("-pt", 1)
+            groups.setdefault(name, []).append((float(pt), [r["figures"][s][arm]["acc"]
+                                                            for s in seeds]))
+        for name, pts in groups.items():
+            xs, ys = zip(*pts)
+            ax.errorbar(xs, [statistics.mean(y) for y in ys], label=name, capsize=3,
+                        yerr=[statistics.stdev(y) if len(y) > 1 else 0 for y in ys], marker="o")
+        ax.set_xscale("log")
+        ax.set_xlabel("effective positive share p~ (%)")
+    else:  # accuracy along training (or against KL), mean over seeds
+        for arm in arms:
+            curves = [r["figures"][s][arm]["curve"] for s in seeds]
+            n = min(len(c) for c in curves)
+            ys = [statistics.mean(c[i]["acc"] for c in curves) for i in range(n)]
+            xs = [curves[0][i]["step"] for i in range(n)]
+            if kind == "kl":
+                xs = [statistics.mean(r["figures"][s][arm]["kl"] for s in seeds)]
+                ys = ys[-1:]
+            ax.plot(xs, ys, marker="o", label=arm)
+        ax.set_xlabel("KL to the start model at the end (nats)" if kind == "kl" else "step")
+    ax.set_ylabel("held-out accuracy at T = 1 (%), sizes 3 and 4")
+    ax.set_title(f"{CLAIMS[cid]['paper']}, mean of {len(seeds)} seed(s)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_doc(args, argv: list[str]) -> str:
+    """docs/CLAIMS.md from every OUT/<claim>/result.json, with docs/CLAIMS-notes.md appended."""
+    results = {cid: compare.read_json(os.path.join(args.out, cid, "result.json"))
+               for cid in CLAIMS if os.path.exists(os.path.join(args.out, cid, "result.json"))}
+    done = [r["verdict"] for r in results.values()]
+    minutes = sum(r["minutes"] for r in results.values())
+    lines = [
+        "# The papers' claims in miniature", "",
+        "<!-- generated by scripts/claims.py: edit docs/CLAIMS-notes.md or the script -->", "",
+        f"Command: `python scripts/claims.py {' '.join(argv)}` (each claim alone: its id instead "
+        "of `all`). Commit " + compare.commit() + f", {compare.machine()}, "
+        f"{time.strftime('%Y-%m-%d')}; start model `{compare.repo_relative(args.sft)}` "
+        "(sft.py's defaults, seed 0); the claims below took "
+        f"{minutes:.0f} minutes in all, two runs side by side on one thread each.", "",
+        "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 200 "
+        "problems of 3 and of 4 numbers (the runs' own evaluation, 8 samples a problem), unless "
+        "the claim names another metric. \"ours\" marks a stand-in for a baseline the project "
+        "does not have.", "", RULE, "",
+        f"Reproduced: {done.count('reproduced')} of {len(CLAIMS)} claims; partly "
+        f"{done.count('partly')}; inconclusive {done.count('inconclusive')}; not reproduced "
+        f"{done.count('not reproduced')}; not run yet {len(CLAIMS) - len(results)}.", "",
+        "| claim | the paper says | our miniature | contrasts: mean ± sd of d (per seed) | "
+        "verdict |", "|---|---|---|---|---|"]
+    for cid, claim in CLAIMS.items():
+        r = results.get(cid)
+        digits = claim.get("digits", 1)
+        cs = "<br>".join(f"{c['text']}: {ms(c['d'], digits)} ({c['verdict']})"
+                         for c in r["contrasts"]) if r else "-"
+        lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {claim['ours']} | {cs} | "
+                     f"**{r['verdict'] if r else 'not run yet'}** |")
+    for cid, r in results.items():
+        claim = CLAIMS[cid]
+        lines += ["", f"## {cid}", "", f"**{claim['paper']}**: {claim['says']}.", "",
+                  f"The paper's setting: {claim['setting']}. Ours: {claim['ours']}; seeds "
+                  f"{', '.join(map(str, r['seeds']))}, {r['minutes']:.0f} minutes.", ""]
+        if any(r["p"].values()):
+            lines += ["Positives in POOL: " + ", ".join(f"{100 * p:.1f}% (seed {s})" for s, p
+                                                          in r["p"].items() if p) + ".", ""]
+        lines += arm_table(cid, r) + ["", "| contrast (paper's direction positive) | "
+                                      "mean ± sd | per seed | verdict |", "|---|---|---|---|"]
+        digits = claim.get("digits", 1)
+        lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
+                  f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
+                  f"{c['verdict']} |" for c in r["contrasts"]]
+        lines += ["", f"Claim: **{r['verdict']}**."]
+        if claim["plot"]:
+            png = os.path.join(os.path.dirname(args.doc), f"CLAIMS-{cid}.png")
+            plot(cid, r, png)
+            lines += ["", f"![{cid}]({os.path.basename(png)})"]
+    notes = os.path.join(os.path.dirname(args.doc), "CLAIMS-notes.md")
+    if os.path.exists(notes):
+        lines += ["", open(notes).read().rstrip()]
+    text = "\n".join(lines) + "\n"
+    with open(args.doc + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(args.doc + ".tmp", args.doc)
+    return text
+
+
+def seed_list(text: str) -> list[int]:
+    """argparse type: comma-separated seeds (integers from 0)."""
+    return [common.nonnegative_int(n) for n in text.split(",")]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("claims", nargs="+", help="claim ids, or all: " + ", ".join(CLAIMS))
+    p.add_argument("--sft", required=True, help="the start model of every arm (an sft.py run)")
+    p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="seeds of every arm")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, no verdicts")
+    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
+    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads a run")
+    p.add_argument("--out", default="runs/claims", help="folder of the runs and result.json files")
+    p.add_argument("--doc", default="docs/CLAIMS.md", help="the generated table (plots beside it)")
+    args = p.parse_args(argv)
+    ids = list(CLAIMS) if args.claims == ["all"] else args.claims
+    if unknown := [c for c in ids if c not in CLAIMS]:
+        p.error(f"unknown claim {unknown[0]!r}; choose from: all, {', '.join(CLAIMS)}")
+    if not os.path.isdir(args.sft):
+        p.error(f"--sft {args.sft}: no such folder (make one with sft.py)")
+    args.sft, args.out = os.path.abspath(args.sft), os.path.abspath(args.out)
+    for cid in ids:
+        run_claim(cid, args)
+    print(write_doc(args, argv))
+
+
+if __name__ == "__main__":
+    main()
