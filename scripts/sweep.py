@@ -19,10 +19,10 @@ mean ± sd over seeds, beside the SFT model's; the hand-written reading (DOC-not
   agro-spo     docs/RESULTS-agro-spo.md: where agro.py's and spo.py's defaults come from, each
                run --minutes of wall clock (default 5: loading, reference samples, SPO's Q0
                estimate and the run's own evaluations included) beside rloo.py; adds pass@8, the
-               gain in sampled points as a share of rloo.py's, steps, KL to the SFT model, a plot
-               of Figs. 2, 4 and 6 of [AGRO] in miniature (seed 0), and pass@k against k of SFT
-               and the final models ([SPO] §5's claim of kept diversity, with its half-online
-               row); keeps the time-to-accuracy block scripts/time_to_accuracy.py writes there.
+               gain in sampled points as a share of rloo.py's (our measure, not the papers'),
+               steps and KL to the SFT model; keeps the time-to-accuracy block
+               scripts/time_to_accuracy.py writes there. The papers' own claims, run like for
+               like, are scripts/claims.py's (docs/CLAIMS.md).
 
 [CR] the course report "Off-Policy Finetuning for LLM Math Reasoning".
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from statistics import mean, stdev
@@ -90,8 +89,6 @@ AGRO_SPO = {
            ("agro-on-b0.05-k0", "0", [], "on-policy, no g_LR (= RLOO with the KL in the reward, "
             "§8.1)"),
            ("agro-on-b0.05-k0.25", "0.025", [], "on-policy, g_LR at lambda_LR = beta / 2"),
-           ("agro-on-b0.05-paper", "1", [], "on-policy as the paper writes it (lambda_LR = 1) at "
-            "beta 0.05"),
            ("agro-on-b0.05-k0.25-lr1.2e-4", "0.025", ["--lr", "1.2e-4"],
             "on-policy at twice the lr"),
            ("agro-on-b0.05-k0.25-p64n4", "0.025", ["--prompts", "64", "--group-size", "4"],
@@ -101,16 +98,6 @@ AGRO_SPO = {
     "spo-b0.2": ("spo.py", ["--beta", "0.2"], "beta between the paper's and 0.5"),
     "spo-b0.087-lr1.2e-4": ("spo.py", ["--beta", "0.087", "--lr", "1.2e-4"],
                             "the paper's beta at twice the lr"),
-    # [AGRO] Fig. 6: beta ablated on on-policy samples, for off-policy AGRO's weights (lambda_LR
-    # 0), which on fresh samples are also the KL-regularised policy gradient's (§8.1)
-    **{f"agro-on-b{b}-k0": ("agro.py", ON + ["--beta", b, "--lambda-lr", "0", "--sizes", "3,4",
-                                             "--eval-every", "50"],
-                            f"Fig. 6: beta {b} on on-policy samples")
-       for b in ("0", "0.02", "0.2", "0.5")},
-    # [SPO] §5: half online, half offline (correct samples of pi_0, made by
-    # scripts/spo_offline_data.py --correct-only before the run: OFFLINE)
-    "spo-mix": ("spo.py", ["--online-fraction", "0.5", "--offline-data", "OFFLINE"],
-                "[SPO] §5's half-online run: half of each batch from correct pi_0 samples"),
 }
 SWEEPS = {  # name: (rows, default seeds and minutes (None: each run to its end), doc, title, intro)
     "topr-report": (
@@ -127,7 +114,6 @@ SWEEPS = {  # name: (rows, default seeds and minutes (None: each run to its end)
         "the same 8); mean ± sd over seeds. \"% of rloo\" is the run's gain in sampled points "
         "over the SFT model as a share of rloo.py's (3 / 4 numbers)."),
 }
-OFFLINE = "spo-offline-correct.jsonl"  # in --out: the offline data of the rows that name OFFLINE
 SIZES = (3, 4)
 KEYS = [(f"eval{n}/{mode}/accuracy", f"{n}: {label}") for n in SIZES
         for mode, label in (("greedy", "greedy"), ("sampled", "T=1"))]
@@ -144,7 +130,6 @@ def run(name: str, seed: int, args) -> dict:
     script, flags, _ = args.commands[name]
     slug = "".join(c for c in name.replace(" ", "_") if c.isalnum() or c in "_-.")
     out = os.path.join(args.out, f"{slug}-s{seed}")
-    flags = [os.path.join(args.out, OFFLINE) if f == "OFFLINE" else f for f in flags]
     limit = ["--time-limit", f"{args.minutes:g}"] if args.minutes else []
     cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads", "1",
            *limit, "--out", out, *flags]
@@ -189,8 +174,7 @@ def topr_report_lines(results: dict, args) -> tuple[list, dict, list]:
 
 
 def agro_spo_lines(results: dict, args) -> tuple[list, dict, list]:
-    """Each row's gain as a share of rloo.py's, its steps and KL; the plot, the commands and the
-    pass@k table."""
+    """Each row's gain as a share of rloo.py's, its steps and KL; the commands."""
     sampled = [k for k, label in KEYS if "T=1" in label]
     start = {k: mean([r["first"][k] for r in results["rloo"]]) for k in sampled}
     rloo_gain = {k: mean([r["last"][k] for r in results["rloo"]]) - start[k] for k in sampled}
@@ -202,94 +186,12 @@ def agro_spo_lines(results: dict, args) -> tuple[list, dict, list]:
         kl = [r["last"]["kl_to_ref"] for r in runs if "kl_to_ref" in r["last"]]
         extra[name] = [share, f"{mean([r['steps'] for r in runs]):.0f}",
                        f"{mean(kl):.2f}" if kl else ""]
-    png = os.path.splitext(args.doc)[0] + ".png"
-    plot(results, png)
-    lines = ["", f"![AGRO's figures in miniature]({os.path.basename(png)})", "",
-             f"Commands (each with `--model SFT --seed S --threads 1 --time-limit "
+    lines = ["", f"Commands (each with `--model SFT --seed S --threads 1 --time-limit "
              f"{args.minutes:g}`):", ""]
     for name in results:
         script, flags, _ = args.commands[name]
         lines.append(f"- {name}: `python {shlex.join([script, *flags])}`")
-    return ["% of rloo", "steps", "KL to SFT"], extra, lines + pass_table(results, args)
-
-
-FIGURES = {  # panel title: (x, rows), seed 0's evaluations along each run
-    "[AGRO] Fig. 2's three variants at beta 0.05": (
-        "step", {"rloo-b0.05": "RLOO, KL in the reward (rloo.py)",
-                 "agro-on-b0.05-k0": "off-policy AGRO on on-policy samples",
-                 "agro-on-b0.05-k0.25": "on-policy AGRO (lambda_LR = beta/2)"}),
-    "[AGRO] Fig. 4's shape: accuracy against KL": (
-        "kl_to_ref", {"agro-on-b0.05-k0.25": "on-policy, beta 0.05",
-                      "agro-off-b0.1-s34": "off-policy, beta 0.1",
-                      "agro-off-b0.3-s34": "off-policy, beta 0.3"}),
-    **{f"[AGRO] Fig. 6's shape: beta on on-policy samples, by {x}": (
-        x, {f"agro-on-b{b}-k0": f"beta {b}" for b in ("0", "0.02", "0.05", "0.2", "0.5")})
-       for x in ("step", "kl_to_ref")},
-}
-
-
-def plot(results: dict, path: str) -> None:
-    """Held-out sampled accuracy on 3-number puzzles along the runs FIGURES names."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, (len(FIGURES) + 1) // 2, figsize=(12, 8.4),
-                             constrained_layout=True)
-    for ax, (title, (x, rows)) in zip(axes.flat, FIGURES.items()):
-        for name, label in rows.items():
-            if name in results:
-                curve = results[name][0]["curve"]
-                ax.plot([r[x] for r in curve], [100 * r[KEYS[1][0]] for r in curve], marker="o",
-                        label=label)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("optimizer step" if x == "step" else "KL to the SFT model (nats a sequence)")
-        ax.set_ylabel("held-out accuracy, 3 numbers, T = 1 (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100)
-
-
-PASS_ROWS = ("rloo", "spo-b0.087", "spo-mix", "agro-on-b0.05-k0.25")  # [SPO]'s diversity claim
-PASS_K = (1, 2, 4, 8)
-
-
-def pass_at_ks(model_path: str) -> dict:
-    """pass@k, k = 1..8, of a model on the held-out sets (the runs' own: seed 0, 200 problems a
-    size), from 8 samples at T = 1 a problem drawn with seed 0; cached beside the model."""
-    cache = os.path.join(model_path, "pass_at_k.json")
-    if os.path.exists(cache):
-        return compare.read_json(cache)
-    from tasks import get_task, scoring
-    model, tok = common.load_model(model_path)
-    task, out = get_task("countdown"), {}
-    engine = common.make_engine("auto", model, tok, model_path)
-    for size in SIZES:
-        problems = task.get_problems("test", 200, size=size, seed=0)
-        prompts = common.encode_prompts(task, problems, tok, common.prompt_style(model, tok))
-        groups = engine.generate(prompts, common.SamplingConfig(8, 64, seed=0))
-        wins = [sum(task.is_correct(p, s.text) for s in g) for p, g in zip(problems, groups)]
-        out[str(size)] = [mean(scoring.pass_at_k(8, c, k) for c in wins) for k in range(1, 9)]
-    compare.write_json(cache, out)
-    return out
-
-
-def pass_table(results: dict, args) -> list[str]:
-    """[SPO]'s diversity claim in miniature: pass@k against k, SFT and the final models (seed 0)."""
-    models = {"SFT (start)": args.sft, **{name: os.path.join(results[name][0]["out"], "final")
-                                         for name in PASS_ROWS if name in results}}
-    head = [f"{size}: pass@{k}" for size in SIZES for k in PASS_K]
-    lines = ["", "pass@k at the end of the runs (seed 0): 8 samples at T = 1 a held-out problem, "
-             "the unbiased estimator; \"gap\" = pass@8 - pass@1, the diversity [SPO] §5 says SPO "
-             "keeps where a policy gradient method loses it.", "",
-             "| model | " + " | ".join(head) + " | 3: gap | 4: gap |",
-             "|---" * (len(head) + 3) + "|"]
-    for name, path in models.items():
-        pk = pass_at_ks(path)
-        cells = [f"{100 * pk[str(size)][k - 1]:.1f}" for size in SIZES for k in PASS_K]
-        gaps = [f"{100 * (pk[str(size)][7] - pk[str(size)][0]):.1f}" for size in SIZES]
-        lines.append(f"| {name} | " + " | ".join(cells + gaps) + " |")
-    return lines
+    return ["% of rloo", "steps", "KL to SFT"], extra, lines
 
 
 # ---- The doc -------------------------------------------------------------------------------------
@@ -317,10 +219,6 @@ def main(argv=None):
     if not os.path.exists(os.path.join(args.sft, "config.json")):
         p.error(f"--sft {args.sft}: no model there")
     os.makedirs(args.out, exist_ok=True)
-    offline = os.path.join(args.out, OFFLINE)
-    if any("OFFLINE" in args.commands[name][1] for name in names) and not os.path.exists(offline):
-        subprocess.run([sys.executable, "scripts/spo_offline_data.py", "--model", args.sft,
-                        "--out", offline, "--correct-only"], cwd=ROOT, check=True)
     results = run_all(names, [int(s) for s in args.seeds.split(",")], args)
 
     head, extra, more = (topr_report_lines if args.sweep == "topr-report" else agro_spo_lines)(
