@@ -62,6 +62,7 @@ S = ["--loss", "ce", "--temperature", "0.1,0.8", "--top-p", "0.95", "--model-upd
      "10", "--steps", "125", "--eval-every", "25", "--eval-k", "20"]
 SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
 SPO_BETA = 1 / math.log(1e5)
+README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 RULE = ("For each contrast d = arm - comparator, seed by seed, signed so that the paper's "
         "direction is positive: **reproduced** if the mean of d over the seeds exceeds one sample "
         "sd, **not reproduced** if it is below minus one sd, **inconclusive** otherwise (with 3 "
@@ -399,10 +400,13 @@ def figures(out: str) -> dict:
     train = [r for r in rows if "loss" in r]
     pk = next(key for key in evals[-1] if key.startswith(f"eval{SIZES[0]}/pass@"))[6:]
     curve = [{"step": e["step"], "acc": acc(e),
+              **{f"acc{n}": 100 * e[f"eval{n}/sampled/accuracy"] for n in SIZES},
               "format": 100 * statistics.mean(e[f"eval{n}/sampled/format_rate"] for n in SIZES),
               "pass": 100 * statistics.mean(e[f"eval{n}/{pk}"] for n in SIZES)} for e in evals]
     kl = [r["kl_to_ref"] for r in train if "kl_to_ref" in r][-10:]
     return {"curve": curve, "start": curve[0]["acc"], "acc": curve[-1]["acc"],
+            **{f"acc{n}": curve[-1][f"acc{n}"] for n in SIZES},
+            **{f"start{n}": curve[0][f"acc{n}"] for n in SIZES},
             "pass": curve[-1]["pass"], "format": curve[-1]["format"],
             "peak": max(c["acc"] for c in curve), "steps": rows[-1]["step"],
             "area": statistics.mean(c["acc"] for c in curve[1:]) if len(curve) > 1 else math.nan,
@@ -514,21 +518,22 @@ HEADLINE = {"spo-fig1": [("pass@10", "p10"), ("pass@1", "p1")],  # else: acc at 
 
 
 def arm_table(cid: str, r: dict) -> list[str]:
-    cols = HEADLINE.get(cid, [("acc", "acc")])
+    cols = HEADLINE.get(cid, [("acc", "acc")]) + [(f"acc {n}", f"acc{n}") for n in SIZES]
     digits = CLAIMS[cid].get("digits", 1)
     seeds = [str(s) for s in r["seeds"]]
     start = {"p10": "p10_0", "p1": "p1_0", "score": "score0", "acc": "start", "area": "start",
-             "peak": "start", "none": "none0"}
+             "peak": "start", "none": "none0", **{f"acc{n}": f"start{n}" for n in SIZES}}
     lines = ["| arm | " + " | ".join(c for c, _ in cols) + " | steps | command (+ --model START "
              "--seed S) |", "|---" * (len(cols) + 3) + "|"]
     first = next(iter(r["commands"]))
     lines.append("| start model | " + " | ".join(
-        ms([get(r["figures"][s][first], start.get(k, "")) for s in seeds], digits)
-        for _, k in cols)
+        ms([get(r["figures"][s][first], start.get(k, "")) for s in seeds],
+           digits * (k == "score") or 1) for _, k in cols)
         + " | 0 | |")
     for arm, cmd in r["commands"].items():
         lines.append(f"| {arm} ({CLAIMS[cid]['arms'][arm][2]}) | " + " | ".join(
-            ms([get(r["figures"][s][arm], k) for s in seeds], digits) for _, k in cols)
+            ms([get(r["figures"][s][arm], k) for s in seeds], digits * (k == "score") or 1)
+            for _, k in cols)
             + f" | {r['figures'][seeds[0]][arm]['steps']} | `{' '.join(cmd)}` |")
     return lines
 
@@ -634,6 +639,22 @@ def write_doc(args, argv: list[str]) -> str:
     with open(args.doc + ".tmp", "w") as f:
         f.write(text)
     os.replace(args.doc + ".tmp", args.doc)
+    if args.readme:  # its one line between the markers: the count and the command
+        old = open(args.readme).read()
+        if README_START in old and README_END in old:
+            line = (f"The papers' headline claims run like for like in miniature "
+                    f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
+                    f"), `python scripts/claims.py all --sft runs/sft-countdown/final`, "
+                    f"{minutes / 60:.1f} h on 2 cores): {done.count('reproduced')} of "
+                    f"{len(CLAIMS)} reproduced, {done.count('partly')} partly, "
+                    f"{done.count('not reproduced')} not, {done.count('inconclusive')} "
+                    f"inconclusive" + (f", {len(CLAIMS) - len(done)} not run yet" if
+                                       len(done) < len(CLAIMS) else "") + ".")
+            new = old[:old.index(README_START) + len(README_START)] + "\n" + line + "\n" + \
+                old[old.index(README_END):]
+            with open(args.readme + ".tmp", "w") as f:
+                f.write(new)
+            os.replace(args.readme + ".tmp", args.readme)
     return text
 
 
@@ -653,6 +674,8 @@ def main(argv=None):
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads a run")
     p.add_argument("--out", default="runs/claims", help="folder of the runs and result.json files")
     p.add_argument("--doc", default="docs/CLAIMS.md", help="the generated table (plots beside it)")
+    p.add_argument("--readme", default="README.md",
+                   help="README whose claims line is replaced ('' to leave it alone)")
     args = p.parse_args(argv)
     ids = list(CLAIMS) if args.claims == ["all"] else args.claims
     if unknown := [c for c in ids if c not in CLAIMS]:
