@@ -81,7 +81,7 @@ def c_for(p: float, pt: float) -> float:
 # ---- The claims --------------------------------------------------------------------------------
 # Each: the paper's words and setting, ours, the arms (name: script, flags, "paper" or "ours": a
 # stand-in for a baseline the project lacks), the contrasts (text, function of one seed's figures
-# m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50}.
+# m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50} {d67}.
 def at(run, step):  # the evaluation at `step` (the last one before it)
     return [e for e in run["curve"] if e["step"] <= step][-1]
 
@@ -94,39 +94,56 @@ CLAIMS = {
              "from mu\")",
         setting="one iteration: samples of the base model (GSM8K 7,473 x 16), one epoch over "
                 "them, reward +1/-1, no baseline (c = 0), no KL; test pass@1 along training",
-        ours="one pass over POOL (32,000 samples of the start model at T = 1, ~21% correct: "
+        ours="one pass over POOL (32,000 samples of the start model at T = 1, 19% correct: "
              "500 steps of 64), c = 0, lr 5e-5; acc at T = 1 every 50 steps",
         arms={"topr": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "topr",
                                        "--eval-every", "50"], "paper"),
               "naive": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "naive",
-                                        "--eval-every", "50"], "paper")},
+                                        "--eval-every", "50"], "paper"),
+              "topr-p67": ("topr.py", T + ["--data", "{d67}", "--c", "0", "--loss", "topr",
+                                           "--eval-every", "25"],
+                           "probe: POOL's positives and 33% negatives, [TOPR] §4.3's share")},
         contrasts=[("TOPR end - naive end", lambda m: m["topr"]["acc"] - m["naive"]["acc"]),
                    ("naive degrades: naive peak - naive end",
                     lambda m: m["naive"]["peak"] - m["naive"]["acc"]),
                    ("TOPR keeps improving: TOPR end - TOPR half-way",
                     lambda m: m["topr"]["acc"] - at(m["topr"], m["topr"]["steps"] // 2)["acc"]),
                    ("TOPR improves on the start: TOPR end - start",
-                    lambda m: m["topr"]["acc"] - m["topr"]["start"])],
-        plot="curve"),
+                    lambda m: m["topr"]["acc"] - m["topr"]["start"]),
+                   *[(f"probe: TOPR end - start, {n} numbers only", lambda m, n=n:
+                      m["topr"][f"acc{n}"] - m["topr"][f"start{n}"], "probe") for n in SIZES],
+                   ("probe: at the paper's 67% positives, TOPR end - start",
+                    lambda m: m["topr-p67"]["acc"] - m["topr-p67"]["start"], "probe")],
+        plot="curve", shared={"topr-p67": "topr-fig4/all-p67"}),
     "topr-fig4": dict(
         paper="[TOPR] Fig. 4, §4.3",
         says="training on all examples beats positives alone (\"substantially lower "
              "performance\") and leaves fewer questions with no correct answer",
         setting="the same samples with every negative removed, trained the same way (one "
                 "epoch); pass@1, and a histogram of correct generations per question",
-        ours="POS: POOL's correct samples (~6,700: one pass, ~105 steps) against topr-fig1's "
+        ours="POS: POOL's correct samples (~6,100: one pass, ~96 steps) against topr-fig1's "
              "TOPR arm (all 32,000, 500 steps), c = 0; no correct answer = 1 - pass@8",
         arms={"all": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "topr",
                                       "--eval-every", "50"], "paper"),
               "positives": ("topr.py", T + ["--data", "{pos}", "--c", "0", "--loss", "topr",
-                                            "--eval-every", "25"], "paper")},
+                                            "--eval-every", "25"], "paper"),
+              "all-p67": ("topr.py", T + ["--data", "{d67}", "--c", "0", "--loss", "topr",
+                                          "--eval-every", "25"],
+                          "probe: POOL's positives and 33% negatives, [TOPR] §4.3's share"),
+              "all-c-0.8": ("topr.py", T + ["--data", "{pool}", "--c", "-0.8", "--loss", "topr",
+                                            "--eval-every", "50"],
+                            "probe: all, c = -0.8: p~ 68%, the paper's share by Eq. 12")},
         contrasts=[("all - positives (acc, each one pass)",
                     lambda m: m["all"]["acc"] - m["positives"]["acc"]),
                    ("all - positives (acc at positives' last step)",
                     lambda m: at(m["all"], m["positives"]["steps"])["acc"]
                     - m["positives"]["acc"]),
                    ("no correct of 8: positives - all",
-                    lambda m: m["all"]["pass"] - m["positives"]["pass"])],
+                    lambda m: m["all"]["pass"] - m["positives"]["pass"]),
+                   ("probe: at the paper's 67% positives, all - positives",
+                    lambda m: m["all-p67"]["acc"] - m["positives"]["acc"], "probe"),
+                   ("probe: p~ 68% by c = -0.8, all - positives",
+                    lambda m: m["all-c-0.8"]["acc"] - m["positives"]["acc"], "probe")],
         plot="curve", shared={"all": "topr-fig1/topr"}),
     "topr-fig5": dict(
         paper="[TOPR] Fig. 5, §4.3",
@@ -297,8 +314,8 @@ def side_by_side(fn, jobs: list, n: int) -> list:
 
 def pool_files(seed: int, args) -> dict:
     """POOL (the start model's samples, one topr.py run) and the data composed from it: POS (its
-    correct samples) and d10 / d50 (N_MIX samples at 10% / 50% positives, drawn within each class
-    with this seed)."""
+    correct samples), d10 / d50 (N_MIX samples at 10% / 50% positives, drawn within each class
+    with this seed) and d67 (every positive, negatives to 33%: [TOPR] §4.3's base share)."""
     out = os.path.join(args.out, f"pool-s{seed}")
     quick = ["--prompts", "64", "--eval-size", "1"] if args.quick else []
     run("topr.py", POOL + quick, out, seed, args)
@@ -315,10 +332,12 @@ def pool_files(seed: int, args) -> dict:
     for p in (10, 50):
         k = round(n * p / 100)
         parts[f"d{p}"] = rng.sample(good, k) + rng.sample(bad, n - k)
+    probe = random.Random(1000 + seed)  # a probe's draw leaves the others' as they were
+    parts["d67"] = good + probe.sample(bad, round(len(good) * 33 / 67))  # [TOPR] §4.3's share
     for name, chosen in parts.items():
         files[name] = os.path.join(out, f"{name}.jsonl")
         if not os.path.exists(files[name]):
-            rng.shuffle(chosen)
+            (probe if name == "d67" else rng).shuffle(chosen)
             with open(files[name] + ".tmp", "w") as f:
                 f.writelines(chosen)
             os.replace(files[name] + ".tmp", files[name])
@@ -468,13 +487,14 @@ def run_claim(cid: str, args) -> dict:
                 m[s][a].update(score=statistics.mean(end["original"]),
                                score0=statistics.mean(start["original"]))
     contrasts = []
-    for text, fn in claim["contrasts"]:
+    for text, fn, *probe in claim["contrasts"]:  # a probe: an investigation, not in the verdict
         d = [fn(m[s]) for s in args.seeds]
-        contrasts.append({"text": text, "d": d, "verdict": verdict_of(d, args.quick)})
+        contrasts.append({"text": text, "d": d, "verdict": verdict_of(d, args.quick),
+                          "probe": bool(probe)})
     result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
               "minutes": (time.time() - started) / 60, "figures": m,
               "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
-              "verdict": claim_verdict([c["verdict"] for c in contrasts]),
+              "verdict": claim_verdict([c["verdict"] for c in contrasts if not c["probe"]]),
               "commands": {a: [sc, *fl] for a, (sc, fl, _) in claim["arms"].items()}}
     compare.write_json(os.path.join(claim_dir, "result.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
