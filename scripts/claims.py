@@ -630,7 +630,7 @@ def write_doc(args, argv: list[str]) -> str:
         r = results.get(cid)
         digits = claim.get("digits", 1)
         cs = "<br>".join(f"{c['text']}: {ms(c['d'], digits)} ({c['verdict']})"
-                         for c in r["contrasts"]) if r else "-"
+                         for c in r["contrasts"] if not c.get("probe")) if r else "-"
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {claim['ours']} | {cs} | "
                      f"**{r['verdict'] if r else 'not run yet'}** |")
     for cid, r in results.items():
@@ -646,7 +646,8 @@ def write_doc(args, argv: list[str]) -> str:
         digits = claim.get("digits", 1)
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
-                  f"{c['verdict']} |" for c in r["contrasts"]]
+                  + (f"({c['verdict']}: a probe, not in the verdict) |" if c.get("probe") else
+                     f"{c['verdict']} |") for c in r["contrasts"]]
         lines += ["", f"Claim: **{r['verdict']}**."]
         if claim["plot"]:
             png = os.path.join(os.path.dirname(args.doc), f"CLAIMS-{cid}.png")
