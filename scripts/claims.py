@@ -81,7 +81,8 @@ def c_for(p: float, pt: float) -> float:
 # ---- The claims --------------------------------------------------------------------------------
 # Each: the paper's words and setting, ours, the arms (name: script, flags, "paper" or "ours": a
 # stand-in for a baseline the project lacks), the contrasts (text, function of one seed's figures
-# m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50} {d67}.
+# m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50}
+# {d67} {d10n3}.
 def at(run, step):  # the evaluation at `step` (the last one before it)
     return [e for e in run["curve"] if e["step"] <= step][-1]
 
@@ -153,12 +154,23 @@ CLAIMS = {
                 "from 1% to 100%; test accuracy against p~",
         ours=f"{N_MIX:,} samples drawn from POOL at p = 10% and 50% (one pass, 100 steps), c from "
              "Eq. 12 for p~ = 1, 5, 10, 20, 50, 100%",
-        arms={f"p{p}-pt{round(100 * pt)}": (
+        arms={**{f"p{p}-pt{round(100 * pt)}": (
             "topr.py", T + ["--data", "{d%d}" % p, "--c", f"{c_for(p / 100, pt):.4f}",
                             "--loss", "topr"], "paper") for p in (10, 50) for pt in PTILDE},
-        contrasts=[(f"p = {p}%: p~ 10-20% - p~ {x}%",
-                    lambda m, p=p, x=x: (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
-                    - m[f"p{p}-pt{x}"]["acc"]) for p in (10, 50) for x in (1, 50, 100)],
+              **{f"{name}-p10-pt{pt}": (
+                  "topr.py", T + ["--data", data, "--c", f"{c_for(0.1, pt / 100):.4f}",
+                                  "--loss", "topr", *flags], f"probe: {label}")
+                 for name, data, flags, label in [
+                     ("lr1e-5", "{d10}", ["--lr", "1e-5"], "a fifth of the lr"),
+                     ("n3", "{d10n3}", [], "3-number puzzles only, 10% positives")]
+                 for pt in (10, 100)}},
+        contrasts=[*[(f"p = {p}%: p~ 10-20% - p~ {x}%",
+                      lambda m, p=p, x=x: (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
+                      - m[f"p{p}-pt{x}"]["acc"]) for p in (10, 50) for x in (1, 50, 100)],
+                   ("probe: lr 1e-5, p = 10%: p~ 10% - p~ 100%", lambda m:
+                    m["lr1e-5-p10-pt10"]["acc"] - m["lr1e-5-p10-pt100"]["acc"], "probe"),
+                   ("probe: 3-number data, p = 10%: p~ 10% - p~ 100% (3-number acc)", lambda m:
+                    m["n3-p10-pt10"]["acc3"] - m["n3-p10-pt100"]["acc3"], "probe")],
         plot="ptilde"),
     "topr-fig6": dict(
         paper="[TOPR] Fig. 6, §4.3",
@@ -324,7 +336,8 @@ def side_by_side(fn, jobs: list, n: int) -> list:
 def pool_files(seed: int, args) -> dict:
     """POOL (the start model's samples, one topr.py run) and the data composed from it: POS (its
     correct samples), d10 / d50 (N_MIX samples at 10% / 50% positives, drawn within each class
-    with this seed) and d67 (every positive, negatives to 33%: [TOPR] §4.3's base share)."""
+    with this seed), and for probes d67 (every positive, negatives to 33%: [TOPR] §4.3's base
+    share) and d10n3 (d10 from 3-number puzzles alone)."""
     out = os.path.join(args.out, f"pool-s{seed}")
     quick = ["--prompts", "64", "--eval-size", "1"] if args.quick else []
     run("topr.py", POOL + quick, out, seed, args)
@@ -343,10 +356,14 @@ def pool_files(seed: int, args) -> dict:
         parts[f"d{p}"] = rng.sample(good, k) + rng.sample(bad, n - k)
     probe = random.Random(1000 + seed)  # a probe's draw leaves the others' as they were
     parts["d67"] = good + probe.sample(bad, round(len(good) * 33 / 67))  # [TOPR] §4.3's share
+    three = [len(json.loads(r)["problem"]["nums"]) == 3 for r in rows]
+    k = round(n / 10)  # d10n3: 10% positives, 3-number puzzles only
+    parts["d10n3"] = probe.sample([r for r, c, t in zip(rows, ok, three) if c and t], k) + \
+        probe.sample([r for r, c, t in zip(rows, ok, three) if not c and t], n - k)
     for name, chosen in parts.items():
         files[name] = os.path.join(out, f"{name}.jsonl")
         if not os.path.exists(files[name]):
-            (probe if name == "d67" else rng).shuffle(chosen)
+            (probe if name in ("d67", "d10n3") else rng).shuffle(chosen)
             with open(files[name] + ".tmp", "w") as f:
                 f.writelines(chosen)
             os.replace(files[name] + ".tmp", files[name])
