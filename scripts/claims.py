@@ -362,8 +362,8 @@ def pool_files(seed: int, args) -> dict:
         probe.sample([r for r, c, t in zip(rows, ok, three) if not c and t], n - k)
     for name, chosen in parts.items():
         files[name] = os.path.join(out, f"{name}.jsonl")
+        (probe if name in ("d67", "d10n3") else rng).shuffle(chosen)  # the same draws always
         if not os.path.exists(files[name]):
-            (probe if name in ("d67", "d10n3") else rng).shuffle(chosen)
             with open(files[name] + ".tmp", "w") as f:
                 f.writelines(chosen)
             os.replace(files[name] + ".tmp", files[name])
