@@ -610,18 +610,20 @@ def plot(cid: str, r: dict, path: str) -> None:
                         yerr=[statistics.stdev(y) if len(y) > 1 else 0 for y in ys], marker="o")
         ax.set_xscale("log")
         ax.set_xlabel("effective positive share p~ (%)")
-    else:  # accuracy along training (or against KL), mean over seeds
+    else:  # accuracy (pass@k for [SPO]) along training, or against KL; mean over seeds
+        key = "pass" if cid == "spo-fig1" else "acc"
         for arm in arms:
             curves = [r["figures"][s][arm]["curve"] for s in seeds]
             n = min(len(c) for c in curves)
-            ys = [statistics.mean(c[i]["acc"] for c in curves) for i in range(n)]
+            ys = [statistics.mean(c[i][key] for c in curves) for i in range(n)]
             xs = [curves[0][i]["step"] for i in range(n)]
             if kind == "kl":
                 xs = [statistics.mean(r["figures"][s][arm]["kl"] for s in seeds)]
                 ys = ys[-1:]
             ax.plot(xs, ys, marker="o", label=arm)
         ax.set_xlabel("KL to the start model at the end (nats)" if kind == "kl" else "step")
-    ax.set_ylabel("held-out accuracy at T = 1 (%), sizes 3 and 4")
+    ax.set_ylabel("held-out pass@20 at T = 1 (%), sizes 3 and 4" if cid == "spo-fig1" else
+                  "held-out accuracy at T = 1 (%), sizes 3 and 4")
     ax.set_title(f"{CLAIMS[cid]['paper']}, mean of {len(seeds)} seed(s)")
     ax.legend(fontsize=8)
     fig.tight_layout()
