@@ -597,6 +597,10 @@ def plot(cid: str, r: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     kind, seeds, arms = CLAIMS[cid]["plot"], [str(s) for s in r["seeds"]], r["commands"]
+
+    def style(arm, label=None):  # probes dashed
+        probe = CLAIMS[cid]["arms"].get(arm, ("", "", ""))[2].startswith("probe")
+        return {"linestyle": "--" if probe else "-", "label": (label or arm) + " (probe)" * probe}
     fig, ax = plt.subplots(figsize=(6.4, 4))
     if kind == "ptilde":  # [TOPR] Figs. 5-6: final acc against p~ on a log axis
         groups = {}
@@ -606,8 +610,9 @@ def plot(cid: str, r: dict, path: str) -> None:
                                                             for s in seeds]))
         for name, pts in groups.items():
             xs, ys = zip(*pts)
-            ax.errorbar(xs, [statistics.mean(y) for y in ys], label=name, capsize=3,
-                        yerr=[statistics.stdev(y) if len(y) > 1 else 0 for y in ys], marker="o")
+            ax.errorbar(xs, [statistics.mean(y) for y in ys], capsize=3, marker="o",
+                        yerr=[statistics.stdev(y) if len(y) > 1 else 0 for y in ys],
+                        **style(f"{name}-pt10", name))
         ax.set_xscale("log")
         ax.set_xlabel("effective positive share p~ (%)")
     else:  # accuracy (pass@k for [SPO]) along training, or against KL; mean over seeds
@@ -620,7 +625,7 @@ def plot(cid: str, r: dict, path: str) -> None:
             if kind == "kl":
                 xs = [statistics.mean(r["figures"][s][arm]["kl"] for s in seeds)]
                 ys = ys[-1:]
-            ax.plot(xs, ys, marker="o", label=arm)
+            ax.plot(xs, ys, marker="o", **style(arm))
         ax.set_xlabel("KL to the start model at the end (nats)" if kind == "kl" else "step")
     ax.set_ylabel("held-out pass@20 at T = 1 (%), sizes 3 and 4" if cid == "spo-fig1" else
                   "held-out accuracy at T = 1 (%), sizes 3 and 4")
