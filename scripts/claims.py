@@ -467,7 +467,10 @@ def pass_k(counts: list[int], n: int, k: int) -> float:
 
 def run_claim(cid: str, args) -> dict:
     """Every arm of one claim for every seed, then its figures, contrasts and verdict."""
-    claim, claim_dir = CLAIMS[cid], os.path.join(args.out, cid)
+    claim, claim_dir = dict(CLAIMS[cid]), os.path.join(args.out, cid)
+    if args.skip_probes:  # the claim's own arms and contrasts alone
+        claim["arms"] = {a: v for a, v in claim["arms"].items() if not v[2].startswith("probe")}
+        claim["contrasts"] = [c for c in claim["contrasts"] if len(c) == 2]
     os.makedirs(claim_dir, exist_ok=True)
     files = {s: {} for s in args.seeds}
     if any("{pool}" in " ".join(f) or "{d" in " ".join(f) or "{pos}" in " ".join(f)
@@ -745,6 +748,8 @@ def main(argv=None):
     p.add_argument("--sft", required=True, help="the start model of every arm (an sft.py run)")
     p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="seeds of every arm")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, no verdicts")
+    p.add_argument("--skip-probes", action="store_true",
+                   help="run a claim's own arms only, not the investigations beside it")
     p.add_argument("--render-only", action="store_true",
                    help="run nothing: rebuild --doc from the result.json files under --out")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
