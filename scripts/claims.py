@@ -677,7 +677,11 @@ def write_doc(args) -> str:
         "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 200 "
         "problems of 3 and of 4 numbers (the runs' own evaluation, 8 samples a problem), unless "
         "the claim names another metric. \"ours\" marks a stand-in for a baseline the project "
-        "does not have.", "", RULE, "",
+        "does not have. In the commands {pool} is a seed's POOL, the start model's samples "
+        f"(`topr.py {' '.join(POOL)}` with --seed S: 4,000 prompts x 8 at T = 1); {{pos}}, "
+        "{d10}, {d50}, {d67} and {d10n3} are composed from it (`claims.py:pool_files`); "
+        "{offline} and {q0} are spo-fig1's offline set (`claims.py:spo_offline`) and its online "
+        "run's Q0 estimate.", "", RULE, "",
         f"Reproduced: {done.count('reproduced')} of {len(CLAIMS)} claims; partly "
         f"{done.count('partly')}; inconclusive {done.count('inconclusive')}; not reproduced "
         f"{done.count('not reproduced')}; not run yet {len(CLAIMS) - len(results)}.", "",
@@ -722,12 +726,13 @@ def write_doc(args) -> str:
         if README_START in old and README_END in old:
             line = (f"The papers' headline claims run like for like in miniature "
                     f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
-                    f"), `python scripts/claims.py all --sft runs/sft-countdown/final`, "
-                    f"{total / 60:.1f} h on 2 cores): {done.count('reproduced')} of "
-                    f"{len(CLAIMS)} reproduced, {done.count('partly')} partly, "
-                    f"{done.count('not reproduced')} not, {done.count('inconclusive')} "
-                    f"inconclusive" + (f", {len(CLAIMS) - len(done)} not run yet" if
-                                       len(done) < len(CLAIMS) else "") + ".")
+                    f"), `python scripts/claims.py all --sft runs/sft-countdown/final`; "
+                    f"{total / 60:.1f} h on 2 cores for the {len(done)} claims run so far): "
+                    f"{done.count('reproduced')} of {len(CLAIMS)} reproduced, "
+                    f"{done.count('partly')} partly, {done.count('not reproduced')} not, "
+                    f"{done.count('inconclusive')} inconclusive"
+                    + (f", {len(CLAIMS) - len(done)} not run yet" if len(done) < len(CLAIMS)
+                       else "") + ".")
             new = old[:old.index(README_START) + len(README_START)] + "\n" + line + "\n" + \
                 old[old.index(README_END):]
             with open(args.readme + ".tmp", "w") as f:
