@@ -198,7 +198,8 @@ CLAIMS = {
                 "identical hyper-parameters and samples, one beta, 2 seeds; reward and accuracy "
                 "along training (beta, batch and lr are lost from our copy of the paper)",
         ours="beta 0.05, 32 prompts x 8, 125 steps, lr 6e-5 constant after 10 warm-up steps, "
-             "both sizes; the mean over the 5 evaluations after the start (area between curves)",
+             "both sizes, reward 1 / 0.1 / 0 (the task's; the paper's is 1 / 0); the mean over "
+             "the 5 evaluations after the start (area between curves)",
         arms={"rloo": ("rloo.py", A + ["--beta", "0.05", "--lr-schedule", "constant"],
                        "paper: KL in the reward"),
               "agro-l0": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
