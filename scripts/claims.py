@@ -3,7 +3,7 @@ a verdict by one rule; writes docs/CLAIMS.md and its plots (docs/CLAIMS-<claim>.
 
     python scripts/claims.py all --sft runs/sft-countdown/final        # every claim, 2 cores
     python scripts/claims.py topr-fig5 --sft runs/sft-countdown/final  # one claim
-    python scripts/claims.py all --quick --out /tmp/claims --doc /tmp/CLAIMS.md   # smoke run
+    python scripts/claims.py all --quick --sft runs/sft-countdown/final   # smoke run, ~8 min
 
 Every arm is one command of an algorithm script from the --sft model with --seed s; --jobs runs
 side by side, one torch thread each (fixed steps, so the figures do not depend on the clock), run
@@ -760,11 +760,19 @@ def main(argv=None):
                    help="run nothing: rebuild --doc from the result.json files under --out")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads a run")
-    p.add_argument("--out", default="runs/claims", help="folder of the runs and result.json files")
-    p.add_argument("--doc", default="docs/CLAIMS.md", help="the generated table (plots beside it)")
-    p.add_argument("--readme", default="README.md",
-                   help="README whose claims line is replaced ('' to leave it alone)")
+    p.add_argument("--out", default=None, help="folder of the runs and result.json files "
+                   "(default: runs/claims, runs/claims-quick with --quick)")
+    p.add_argument("--doc", default=None, help="the generated table, its plots beside it "
+                   "(default: docs/CLAIMS.md, OUT/CLAIMS.md with --quick)")
+    p.add_argument("--readme", default=None, help="README whose claims line is replaced ('' to "
+                   "leave it alone; default: README.md, none with --quick)")
     args = p.parse_args(argv)
+    if args.out is None:  # a smoke run writes nothing of the project's
+        args.out = "runs/claims-quick" if args.quick else "runs/claims"
+    if args.doc is None:
+        args.doc = os.path.join(args.out, "CLAIMS.md") if args.quick else "docs/CLAIMS.md"
+    if args.readme is None:
+        args.readme = "" if args.quick else "README.md"
     ids = list(CLAIMS) if args.claims == ["all"] else args.claims
     if unknown := [c for c in ids if c not in CLAIMS]:
         p.error(f"unknown claim {unknown[0]!r}; choose from: all, {', '.join(CLAIMS)}")
