@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -48,6 +49,7 @@ T = ["--reward", "pm1", "--iterations", "1", "--sampling", "uniform", "--keep", 
 # seed, shared by the TOPR claims; --keep 1 trains one one-sample step after drawing them.
 POOL = ["--iterations", "1", "--prompts", "4000", "--group-size", "8", "--sampling", "uniform",
         "--keep", "1", "--eval-size", "1", "--eval-k", "1"]
+P67 = "probe: POOL's positives and 33% negatives, [TOPR] §4.3's share"
 PTILDE = (0.01, 0.05, 0.10, 0.20, 0.50, 1.00)  # [TOPR] Fig. 5's x axis: 1% ... 100%
 N_MIX = 6400  # samples of each composed dataset (p = 10% and 50%): 100 steps of 64
 # [AGRO] §8.1: the on-policy variants with identical hyper-parameters (agro.py's batch of
@@ -83,6 +85,12 @@ def c_for(p: float, pt: float) -> float:
 # stand-in for a baseline the project lacks), the contrasts (text, function of one seed's figures
 # m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50}
 # {d67} {d10n3}.
+def one_pass(data: str, c: str, loss: str, every: str | None = None) -> list[str]:
+    """topr.py's flags for one pass over a data file at baseline c ([TOPR] §4.2's setting T)."""
+    every = ["--eval-every", every] if every else []
+    return T + ["--data", data, "--c", c, "--loss", loss] + every
+
+
 def at(run, step):  # the evaluation at `step` (the last one before it)
     return [e for e in run["curve"] if e["step"] <= step][-1]
 
@@ -97,13 +105,10 @@ CLAIMS = {
                 "them, reward +1/-1, no baseline (c = 0), no KL; test pass@1 along training",
         ours="one pass over POOL (32,000 samples of the start model at T = 1, 19% correct: "
              "500 steps of 64), c = 0, lr 5e-5; acc at T = 1 every 50 steps",
-        arms={"topr": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "topr",
-                                       "--eval-every", "50"], "paper"),
-              "naive": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "naive",
-                                        "--eval-every", "50"], "paper"),
-              "topr-p67": ("topr.py", T + ["--data", "{d67}", "--c", "0", "--loss", "topr",
-                                           "--eval-every", "25"],
-                           "probe: POOL's positives and 33% negatives, [TOPR] §4.3's share")},
+        arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
+              "naive": ("topr.py", one_pass("{pool}", "0", "naive", "50"), "paper"),
+              "topr-p67": ("topr.py", one_pass("{d67}", "0", "topr", "25"),
+                           P67)},
         contrasts=[("TOPR end - naive end", lambda m: m["topr"]["acc"] - m["naive"]["acc"]),
                    ("naive degrades: naive peak - naive end",
                     lambda m: m["naive"]["peak"] - m["naive"]["acc"]),
@@ -124,15 +129,11 @@ CLAIMS = {
                 "epoch); pass@1, and a histogram of correct generations per question",
         ours="POS: POOL's correct samples (~6,100: one pass, ~96 steps) against topr-fig1's "
              "TOPR arm (all 32,000, 500 steps), c = 0; no correct answer = 1 - pass@8",
-        arms={"all": ("topr.py", T + ["--data", "{pool}", "--c", "0", "--loss", "topr",
-                                      "--eval-every", "50"], "paper"),
-              "positives": ("topr.py", T + ["--data", "{pos}", "--c", "0", "--loss", "topr",
-                                            "--eval-every", "25"], "paper"),
-              "all-p67": ("topr.py", T + ["--data", "{d67}", "--c", "0", "--loss", "topr",
-                                          "--eval-every", "25"],
-                          "probe: POOL's positives and 33% negatives, [TOPR] §4.3's share"),
-              "all-c-0.8": ("topr.py", T + ["--data", "{pool}", "--c", "-0.8", "--loss", "topr",
-                                            "--eval-every", "50"],
+        arms={"all": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
+              "positives": ("topr.py", one_pass("{pos}", "0", "topr", "25"), "paper"),
+              "all-p67": ("topr.py", one_pass("{d67}", "0", "topr", "25"),
+                          P67),
+              "all-c-0.8": ("topr.py", one_pass("{pool}", "-0.8", "topr", "50"),
                             "probe: all, c = -0.8: p~ 68%, the paper's share by Eq. 12")},
         contrasts=[("all - positives (acc, each one pass)",
                     lambda m: m["all"]["acc"] - m["positives"]["acc"]),
@@ -155,11 +156,11 @@ CLAIMS = {
         ours=f"{N_MIX:,} samples drawn from POOL at p = 10% and 50% (one pass, 100 steps), c from "
              "Eq. 12 for p~ = 1, 5, 10, 20, 50, 100%",
         arms={**{f"p{p}-pt{round(100 * pt)}": (
-            "topr.py", T + ["--data", "{d%d}" % p, "--c", f"{c_for(p / 100, pt):.4f}",
-                            "--loss", "topr"], "paper") for p in (10, 50) for pt in PTILDE},
+            "topr.py", one_pass("{d%d}" % p, f"{c_for(p / 100, pt):.4f}", "topr"), "paper")
+            for p in (10, 50) for pt in PTILDE},
               **{f"{name}-p10-pt{pt}": (
-                  "topr.py", T + ["--data", data, "--c", f"{c_for(0.1, pt / 100):.4f}",
-                                  "--loss", "topr", *flags], f"probe: {label}")
+                  "topr.py", one_pass(data, f"{c_for(0.1, pt / 100):.4f}", "topr") + flags,
+                  f"probe: {label}")
                  for name, data, flags, label in [
                      ("lr1e-5", "{d10}", ["--lr", "1e-5"], "a fifth of the lr"),
                      ("n3", "{d10n3}", [], "3-number puzzles only, 10% positives")]
@@ -179,7 +180,7 @@ CLAIMS = {
         setting="the p = 10% dataset of Fig. 5, TIS or TOPR, accuracy against p~",
         ours="topr-fig5's p = 10% arms (TOPR) against --loss tis on the same data and c",
         arms={**{f"{loss}-pt{round(100 * pt)}": (
-            "topr.py", T + ["--data", "{d10}", "--c", f"{c_for(0.1, pt):.4f}", "--loss", loss],
+            "topr.py", one_pass("{d10}", f"{c_for(0.1, pt):.4f}", loss),
             "paper") for loss in ("topr", "tis") for pt in PTILDE}},
         contrasts=[("TOPR - TIS, mean over p~ 1, 5, 10%",
                     lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"]
@@ -383,7 +384,7 @@ def spo_offline(seed: int, claim_dir: str, args) -> dict:
             part = os.path.join(claim_dir, f"offline-{name}-s{seed}.jsonl")
             if not os.path.exists(part):
                 quick = ["--train-size", "16"] if args.quick else []
-                compare.subprocess.run(
+                subprocess.run(
                     [sys.executable, "scripts/spo_offline_data.py", "--model", model, "--out",
                      part, "--correct-only", "--seed", str(seed), "--threads",
                      str(args.threads * args.jobs), *quick], cwd=ROOT, check=True)
