@@ -86,3 +86,20 @@ def test_bad_input_gives_one_line_and_status_2(argv, message, capsys):
         claims.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and message in err[-1]
+
+
+def test_a_claims_minutes_count_each_run_once_and_its_probes_apart(tmp_path):
+    args = argparse.Namespace(out=str(tmp_path))
+    runs = {}
+    for arm, wall in [("rloo", 600), ("agro-l1", 300), ("rloo-b0.5", 120)]:  # the last: a probe
+        d = claims.run_dir("agro-fig2", arm, 0, args)
+        os.makedirs(d)
+        with open(os.path.join(d, "usage.json"), "w") as f:
+            json.dump({"wall_s": wall}, f)
+        runs[arm] = d
+    eval_cache = os.path.join(runs["rloo-b0.5"], "eval.json")  # a probe's evaluation
+    with open(eval_cache, "w") as f:
+        json.dump({"seconds": 60}, f)
+    r = {"seeds": [0], "jobs": 2, "runs": [*runs.values(), runs["rloo"], eval_cache]}
+    assert claims.minutes([r]) == pytest.approx((600 + 300 + 120 + 60) / 60 / 2)
+    assert claims.own_minutes("agro-fig2", r, args) == pytest.approx((600 + 300) / 60 / 2)
