@@ -102,4 +102,5 @@ def test_a_claims_minutes_count_each_run_once_and_its_probes_apart(tmp_path):
         json.dump({"seconds": 60}, f)
     r = {"seeds": [0], "jobs": 2, "runs": [*runs.values(), runs["rloo"], eval_cache]}
     assert claims.minutes([r]) == pytest.approx((600 + 300 + 120 + 60) / 60 / 2)
-    assert claims.own_minutes("agro-fig2", r, args) == pytest.approx((600 + 300) / 60 / 2)
+    own = claims.verdict_runs("agro-fig2", r, args)
+    assert claims.minutes([own]) == pytest.approx((600 + 300) / 60 / 2)
