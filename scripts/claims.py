@@ -460,6 +460,10 @@ def figures(out: str) -> dict:
               "format": 100 * statistics.mean(e[f"eval{n}/sampled/format_rate"] for n in SIZES),
               "pass": 100 * statistics.mean(e[f"eval{n}/{pk}"] for n in SIZES)} for e in evals]
     kl = [r["kl_to_ref"] for r in train if "kl_to_ref" in r][-10:]
+    for before, point in zip([None] + curve, curve):  # KL of the batches since the last one
+        kls = [r["kl_to_ref"] for r in train if "kl_to_ref" in r
+               and (before is None or r["step"] > before["step"]) and r["step"] <= point["step"]]
+        point["kl"] = statistics.mean(kls) if kls else 0.0  # at step 0 the start model itself
     return {"curve": curve, "start": curve[0]["acc"], "acc": curve[-1]["acc"],
             **{f"acc{n}": curve[-1][f"acc{n}"] for n in SIZES},
             **{f"start{n}": curve[0][f"acc{n}"] for n in SIZES},
@@ -639,7 +643,8 @@ def plot(cid: str, r: dict, path: str) -> None:
     def style(arm, label=None):  # probes dashed
         probe = CLAIMS[cid]["arms"].get(arm, ("", "", ""))[2].startswith("probe")
         return {"linestyle": "--" if probe else "-", "label": (label or arm) + " (probe)" * probe}
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, axes = plt.subplots(1, 2 if kind == "kl" else 1, figsize=(11 if kind == "kl" else 6.4, 4))
+    ax = axes[0] if kind == "kl" else axes
     if kind == "ptilde":  # [TOPR] Figs. 5-6: final acc against p~ on a log axis
         groups = {}
         for arm in arms:
@@ -660,15 +665,18 @@ def plot(cid: str, r: dict, path: str) -> None:
             n = min(len(c) for c in curves)
             ys = [statistics.mean(c[i][key] for c in curves) for i in range(n)]
             xs = [curves[0][i]["step"] for i in range(n)]
-            if kind == "kl":
-                xs = [statistics.mean(r["figures"][s][arm]["kl"] for s in seeds)]
-                ys = ys[-1:]
             ax.plot(xs, ys, marker="o", **style(arm))
-        ax.set_xlabel("KL to the start model at the end (nats)" if kind == "kl" else "step")
-    ax.set_ylabel("held-out pass@20 at T = 1 (%), 50 a size" if cid == "spo-fig1" else
-                  "held-out accuracy at T = 1 (%), sizes 3 and 4")
+            if kind == "kl":  # [AGRO] Fig. 6's right panel: the same evaluations against KL
+                kls = [statistics.mean(c[i]["kl"] for c in curves) for i in range(n)]
+                axes[1].plot(kls, ys, marker="o", **style(arm))
+        ax.set_xlabel("step")
+    for a in ([ax, axes[1]] if kind == "kl" else [ax]):
+        a.set_ylabel("held-out pass@20 at T = 1 (%), 50 a size" if cid == "spo-fig1" else
+                     "held-out accuracy at T = 1 (%), sizes 3 and 4")
+        a.legend(fontsize=8)
+    if kind == "kl":
+        axes[1].set_xlabel("KL to the start model (nats, batches since the last evaluation)")
     ax.set_title(f"{CLAIMS[cid]['paper']}, mean of {len(seeds)} seed(s)")
-    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
