@@ -669,7 +669,7 @@ def plot(cid: str, r: dict, path: str) -> None:
             if kind == "kl":  # [AGRO] Fig. 6's right panel: the same evaluations against KL
                 kls = [statistics.mean(c[i]["kl"] for c in curves) for i in range(n)]
                 axes[1].plot(kls, ys, marker="o", **style(arm))
-        ax.set_xlabel("step")
+        ax.set_xlabel("step (16 an epoch)" if cid == "agro-fig5" else "step")
     for a in ([ax, axes[1]] if kind == "kl" else [ax]):
         a.set_ylabel("held-out pass@20 at T = 1 (%), 50 a size" if cid == "spo-fig1" else
                      "held-out accuracy at T = 1 (%), sizes 3 and 4")
