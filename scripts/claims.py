@@ -762,8 +762,9 @@ def write_doc(args) -> str:
             line = (f"The papers' headline claims run like for like in miniature "
                     f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
                     f"), `python scripts/claims.py all --sft runs/sft-countdown/final`; "
-                    f"{own / 60:.1f} h on 2 cores for the verdicts of the {len(done)} claims "
-                    f"run so far, {total / 60:.1f} h with the investigations): "
+                    f"{own / 60:.1f} h on 2 cores for the verdicts"
+                    + (f" of the {len(done)} claims run so far" if len(done) < len(CLAIMS) else "")
+                    + f", {total / 60:.1f} h with the investigations): "
                     f"{done.count('reproduced')} of {len(CLAIMS)} reproduced, "
                     f"{done.count('partly')} partly, {done.count('not reproduced')} not, "
                     f"{done.count('inconclusive')} inconclusive"
