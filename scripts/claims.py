@@ -282,7 +282,9 @@ CLAIMS = {
               "spo-half": ("spo.py", S + ["--online-fraction", "0.5", "--offline-data",
                                           "{offline}", "--q0-cache", "{q0}"], "paper"),
               "spo-sq": ("spo.py", ["--loss", "sq"] + S[2:], "probe: the squared loss "
-                         "(the best in [SPO]'s ablation), the rest as spo")},
+                         "(the best in [SPO]'s ablation), the rest as spo"),
+              "spo-defaults": ("spo.py", S[S.index("--steps"):], "probe: spo.py's defaults, "
+                               "the squared loss on T = 1 samples of the current policy")},
         contrasts=[("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"]),
                    ("pass@10: SPO - PPO", lambda m: m["spo"]["p10"] - m["ppo"]["p10"]),
                    ("pass@1: PPO - SPO", lambda m: m["ppo"]["p1"] - m["spo"]["p1"]),
@@ -293,7 +295,11 @@ CLAIMS = {
                    ("probe: squared loss, pass@10 - start",
                     lambda m: m["spo-sq"]["p10"] - m["spo-sq"]["p10_0"], "probe"),
                    ("probe: squared loss - PPO, pass@10",
-                    lambda m: m["spo-sq"]["p10"] - m["ppo"]["p10"], "probe")],
+                    lambda m: m["spo-sq"]["p10"] - m["ppo"]["p10"], "probe"),
+                   ("probe: spo.py's defaults, pass@10 - start",
+                    lambda m: m["spo-defaults"]["p10"] - m["spo-defaults"]["p10_0"], "probe"),
+                   ("probe: spo.py's defaults - PPO, pass@10",
+                    lambda m: m["spo-defaults"]["p10"] - m["ppo"]["p10"], "probe")],
         plot="curve"),
     "cr-table1": dict(
         paper="[CR] Table 1",
