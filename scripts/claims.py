@@ -471,11 +471,11 @@ def figures(out: str) -> dict:
               **{f"acc{n}": 100 * e[f"eval{n}/sampled/accuracy"] for n in SIZES},
               "format": 100 * statistics.mean(e[f"eval{n}/sampled/format_rate"] for n in SIZES),
               "pass": 100 * statistics.mean(e[f"eval{n}/{pk}"] for n in SIZES)} for e in evals]
-    kl = [r["kl_to_ref"] for r in train if "kl_to_ref" in r][-10:]
-    for before, point in zip([None] + curve, curve):  # KL of the batches since the last one
-        kls = [r["kl_to_ref"] for r in train if "kl_to_ref" in r
-               and (before is None or r["step"] > before["step"]) and r["step"] <= point["step"]]
-        point["kl"] = statistics.mean(kls) if kls else 0.0  # at step 0 the start model itself
+    kls = [(r["step"], r["kl_to_ref"]) for r in train if "kl_to_ref" in r]
+    kl = [k for _, k in kls[-10:]]
+    for last, point in zip([-1] + [c["step"] for c in curve], curve):  # batches since the last
+        since = [k for step, k in kls if last < step <= point["step"]]
+        point["kl"] = statistics.mean(since) if since else 0.0  # step 0: the start model itself
     return {"curve": curve, "start": curve[0]["acc"], "acc": curve[-1]["acc"],
             **{f"acc{n}": curve[-1][f"acc{n}"] for n in SIZES},
             **{f"start{n}": curve[0][f"acc{n}"] for n in SIZES},
@@ -655,8 +655,10 @@ def plot(cid: str, r: dict, path: str) -> None:
     def style(arm, label=None):  # probes dashed
         probe = CLAIMS[cid]["arms"].get(arm, ("", "", ""))[2].startswith("probe")
         return {"linestyle": "--" if probe else "-", "label": (label or arm) + " (probe)" * probe}
-    fig, axes = plt.subplots(1, 2 if kind == "kl" else 1, figsize=(11 if kind == "kl" else 6.4, 4))
-    ax = axes[0] if kind == "kl" else axes
+    fig, axes = plt.subplots(1, 2 if kind == "kl" else 1, squeeze=False,
+                             figsize=(11 if kind == "kl" else 6.4, 4))
+    axes = list(axes[0])
+    ax = axes[0]
     if kind == "ptilde":  # [TOPR] Figs. 5-6: final acc against p~ on a log axis
         groups = {}
         for arm in arms:
@@ -682,7 +684,7 @@ def plot(cid: str, r: dict, path: str) -> None:
                 kls = [statistics.mean(c[i]["kl"] for c in curves) for i in range(n)]
                 axes[1].plot(kls, ys, marker="o", **style(arm))
         ax.set_xlabel("step (16 an epoch)" if cid == "agro-fig5" else "step")
-    for a in ([ax, axes[1]] if kind == "kl" else [ax]):
+    for a in axes:
         a.set_ylabel("held-out pass@20 at T = 1 (%), 50 a size" if cid == "spo-fig1" else
                      "held-out accuracy at T = 1 (%), sizes 3 and 4")
         a.legend(fontsize=8)

@@ -104,3 +104,16 @@ def test_a_claims_minutes_count_each_run_once_and_its_probes_apart(tmp_path):
     assert claims.minutes([r]) == pytest.approx((600 + 300 + 120 + 60) / 60 / 2)
     own = claims.verdict_runs("agro-fig2", r, args)
     assert claims.minutes([own]) == pytest.approx((600 + 300) / 60 / 2)
+
+
+def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_path):
+    ev = {f"eval{n}/{k}": 0.5 for n in claims.SIZES
+          for k in ("sampled/accuracy", "sampled/format_rate", "pass@8")}
+    rows = [{"step": 0, **ev}, {"step": 1, "loss": 0, "kl_to_ref": 1.0},
+            {"step": 2, "loss": 0, "kl_to_ref": 3.0}, {"step": 2, **ev},
+            {"step": 3, "loss": 0, "kl_to_ref": 8.0}, {"step": 3, **ev}]
+    with open(tmp_path / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    f = claims.figures(str(tmp_path))
+    assert [c["kl"] for c in f["curve"]] == [0.0, 2.0, 8.0]  # not 4.0: step 3's batch alone
+    assert f["kl"] == 4.0  # the summary: the last 10 batches
