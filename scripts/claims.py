@@ -163,7 +163,9 @@ CLAIMS = {
                   f"probe: {label}")
                  for name, data, flags, label in [
                      ("lr1e-5", "{d10}", ["--lr", "1e-5"], "a fifth of the lr"),
-                     ("n3", "{d10n3}", [], "3-number puzzles only, 10% positives")]
+                     ("n3", "{d10n3}", [], "3-number puzzles only, 10% positives"),
+                     ("lr2e-6x5", "{d10}", ["--lr", "2e-6", "--epochs", "5"],
+                      "lr 2e-6 over 5 passes, lr x steps as at 1e-5")]
                  for pt in (10, 100)}},
         contrasts=[*[(f"p = {p}%: p~ 10-20% - p~ {x}%",
                       lambda m, p=p, x=x: (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
@@ -171,7 +173,9 @@ CLAIMS = {
                    ("probe: lr 1e-5, p = 10%: p~ 10% - p~ 100%", lambda m:
                     m["lr1e-5-p10-pt10"]["acc"] - m["lr1e-5-p10-pt100"]["acc"], "probe"),
                    ("probe: 3-number data, p = 10%: p~ 10% - p~ 100% (3-number acc)", lambda m:
-                    m["n3-p10-pt10"]["acc3"] - m["n3-p10-pt100"]["acc3"], "probe")],
+                    m["n3-p10-pt10"]["acc3"] - m["n3-p10-pt100"]["acc3"], "probe"),
+                   ("probe: lr 2e-6, 5 passes, p = 10%: p~ 10% - p~ 100%", lambda m:
+                    m["lr2e-6x5-p10-pt10"]["acc"] - m["lr2e-6x5-p10-pt100"]["acc"], "probe")],
         plot="ptilde"),
     "topr-fig6": dict(
         paper="[TOPR] Fig. 6, §4.3",
@@ -284,7 +288,9 @@ CLAIMS = {
               "spo-sq": ("spo.py", ["--loss", "sq"] + S[2:], "probe: the squared loss "
                          "(the best in [SPO]'s ablation), the rest as spo"),
               "spo-defaults": ("spo.py", S[S.index("--steps"):], "probe: spo.py's defaults, "
-                               "the squared loss on T = 1 samples of the current policy")},
+                               "the squared loss on T = 1 samples of the current policy"),
+              "spo-lr1e-5": ("spo.py", S + ["--lr", "1e-5"], "probe: the paper's setting at "
+                             "a sixth of the lr")},
         contrasts=[("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"]),
                    ("pass@10: SPO - PPO", lambda m: m["spo"]["p10"] - m["ppo"]["p10"]),
                    ("pass@1: PPO - SPO", lambda m: m["ppo"]["p1"] - m["spo"]["p1"]),
@@ -299,7 +305,11 @@ CLAIMS = {
                    ("probe: spo.py's defaults, pass@10 - start",
                     lambda m: m["spo-defaults"]["p10"] - m["spo-defaults"]["p10_0"], "probe"),
                    ("probe: spo.py's defaults - PPO, pass@10",
-                    lambda m: m["spo-defaults"]["p10"] - m["ppo"]["p10"], "probe")],
+                    lambda m: m["spo-defaults"]["p10"] - m["ppo"]["p10"], "probe"),
+                   ("probe: lr 1e-5, pass@10 - start",
+                    lambda m: m["spo-lr1e-5"]["p10"] - m["spo-lr1e-5"]["p10_0"], "probe"),
+                   ("probe: lr 1e-5 - PPO, pass@10",
+                    lambda m: m["spo-lr1e-5"]["p10"] - m["ppo"]["p10"], "probe")],
         plot="curve"),
     "cr-table1": dict(
         paper="[CR] Table 1",
