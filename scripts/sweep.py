@@ -15,7 +15,8 @@ mean ± sd over seeds, beside the SFT model's; the hand-written reading (DOC-not
                (reward B: 0 a wrong value, -0.1 invalid, -0.2 no answer) or -1 (pm1, c = 0,
                split 1); exp. 2: mu sampled at T = 1, top-p 1 instead of T = 0.15, top-p 0.85;
                exp. 3: A then B against two rounds of A (A+B's curve logged every 16 steps);
-               then topr.py's own defaults at three learning rates (its --lr) and variations.
+               then topr.py's own defaults ([TOPR] §4.3's Anna Karenina selection, 1,000 of
+               4,000 samples kept a round) at three learning rates (its --lr) and variations.
   agro-spo     docs/RESULTS-agro-spo.md: where agro.py's and spo.py's defaults come from, each
                run --minutes of wall clock (default 5: loading, reference samples, SPO's Q0
                estimate and the run's own evaluations included) beside rloo.py; adds pass@8, the
@@ -65,7 +66,8 @@ TOPR_REPORT = {
                  ("1000 prompts x 4", ["--prompts", "1000", "--group-size", "4"],
                   "topr.py's --prompts / --group-size"),
                  ("c = -0.9", ["--c", "-0.9"], "topr.py's --c, p~ higher"),
-                 ("anna-karenina", ["--sampling", "anna-karenina"], "[TOPR] §4.3's selection")]},
+                 ("uniform, every sample", ["--sampling", "uniform", "--keep", "0"],
+                  "topr.py's --sampling / --keep: the former default")]},
 }
 ON, OFF = ["--mode", "onpolicy"], ["--mode", "offpolicy"]  # agro.py's two modes
 AGRO_SPO = {
