@@ -62,6 +62,10 @@ O = ["--mode", "offpolicy", "--offline-prompts", "512", "--sizes", "3,4", "--pro
 # [SPO] §5: CE loss, T ~ U(0.1, 0.8), top-p 0.95, pi_s updated every 10 steps; beta = 1/ln 1e5.
 S = ["--loss", "ce", "--temperature", "0.1,0.8", "--top-p", "0.95", "--model-update-interval",
      "10", "--steps", "125", "--eval-every", "25", "--eval-k", "20", "--eval-size", "50"]
+# The PPO stand-in (ours): rloo.py with the KL in the reward at SPO's beta, 32 prompts x 8.
+PPO = ["--beta", f"{1 / math.log(1e5):.4f}", "--prompts", "32", "--group-size", "8",
+       "--train-size", "256", "--steps", "125", "--lr-schedule", "constant", "--eval-every",
+       "25", "--eval-k", "20", "--eval-size", "50"]
 SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
 SPO_BETA = 1 / math.log(1e5)
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -278,11 +282,7 @@ CLAIMS = {
              "human solutions); pass@1 and pass@10 from 20 samples on 200 problems a size "
              "(the curves: pass@20 at T = 1 on 50 a size, every 25 steps, to save time)",
         arms={"spo": ("spo.py", S, "paper"),
-              "ppo": ("rloo.py", ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32",
-                                  "--group-size", "8", "--train-size", "256", "--steps", "125",
-                                  "--lr-schedule", "constant", "--eval-every", "25",
-                                  "--eval-k", "20", "--eval-size", "50"],
-                      "ours: PPO stand-in, RLOO with the KL in R"),
+              "ppo": ("rloo.py", PPO, "ours: PPO stand-in, RLOO with the KL in R"),
               "spo-half": ("spo.py", S + ["--online-fraction", "0.5", "--offline-data",
                                           "{offline}", "--q0-cache", "{q0}"], "paper"),
               "spo-sq": ("spo.py", ["--loss", "sq"] + S[2:], "probe: the squared loss "
@@ -290,6 +290,8 @@ CLAIMS = {
               "spo-defaults": ("spo.py", S[S.index("--steps"):], "probe: spo.py's defaults, "
                                "the squared loss on T = 1 samples of the current policy"),
               "spo-lr1e-5": ("spo.py", S + ["--lr", "1e-5"], "probe: the paper's setting at "
+                             "a sixth of the lr"),
+              "ppo-lr1e-5": ("rloo.py", PPO + ["--lr", "1e-5"], "probe: the PPO stand-in at "
                              "a sixth of the lr")},
         contrasts=[("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"]),
                    ("pass@10: SPO - PPO", lambda m: m["spo"]["p10"] - m["ppo"]["p10"]),
@@ -309,7 +311,11 @@ CLAIMS = {
                    ("probe: lr 1e-5, pass@10 - start",
                     lambda m: m["spo-lr1e-5"]["p10"] - m["spo-lr1e-5"]["p10_0"], "probe"),
                    ("probe: lr 1e-5 - PPO, pass@10",
-                    lambda m: m["spo-lr1e-5"]["p10"] - m["ppo"]["p10"], "probe")],
+                    lambda m: m["spo-lr1e-5"]["p10"] - m["ppo"]["p10"], "probe"),
+                   ("probe: both at lr 1e-5, SPO - PPO, pass@10",
+                    lambda m: m["spo-lr1e-5"]["p10"] - m["ppo-lr1e-5"]["p10"], "probe"),
+                   ("probe: both at lr 1e-5, PPO - SPO, pass@1",
+                    lambda m: m["ppo-lr1e-5"]["p1"] - m["spo-lr1e-5"]["p1"], "probe")],
         plot="curve"),
     "cr-table1": dict(
         paper="[CR] Table 1",
