@@ -1,7 +1,7 @@
 """Sweeps: rows of script commands from one SFT checkpoint, the runs behind a default or a claim.
 
-    python scripts/sweep.py topr-report --sft runs/sft-countdown-TIME/final   # ~15 min, 2 cores
-    python scripts/sweep.py agro-spo --sft runs/sft-countdown-TIME/final      # ~45 min, 2 cores
+    python scripts/sweep.py topr-report --sft runs/sft-countdown-TIME/final   # ~40 min, 2 cores
+    python scripts/sweep.py agro-spo --sft runs/sft-countdown-TIME/final      # ~40 min, 2 cores
 
 Every row is one command of an algorithm script from the same SFT checkpoint, for each of --seeds,
 two runs side by side on one thread each, run by scripts/compare.py's runner (a finished run is
