@@ -62,12 +62,12 @@ O = ["--mode", "offpolicy", "--offline-prompts", "512", "--sizes", "3,4", "--pro
 # [SPO] §5: CE loss, T ~ U(0.1, 0.8), top-p 0.95, pi_s updated every 10 steps; beta = 1/ln 1e5.
 S = ["--loss", "ce", "--temperature", "0.1,0.8", "--top-p", "0.95", "--model-update-interval",
      "10", "--steps", "125", "--eval-every", "25", "--eval-k", "20", "--eval-size", "50"]
+SPO_BETA = 1 / math.log(1e5)
 # The PPO stand-in (ours): rloo.py with the KL in the reward at SPO's beta, 32 prompts x 8.
-PPO = ["--beta", f"{1 / math.log(1e5):.4f}", "--prompts", "32", "--group-size", "8",
+PPO = ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32", "--group-size", "8",
        "--train-size", "256", "--steps", "125", "--lr-schedule", "constant", "--eval-every",
        "25", "--eval-k", "20", "--eval-size", "50"]
 SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
-SPO_BETA = 1 / math.log(1e5)
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 RULE = ("For each contrast d = arm - comparator, seed by seed, signed so that the paper's "
         "direction is positive: **reproduced** if the mean of d over the seeds exceeds one sample "
