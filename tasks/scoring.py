@@ -3,7 +3,8 @@
 score(task, problems, groups, mode, ...) turns each problem's group of completions (anything with
 `.text` and `.ids`: common.Sample) into the metrics a script logs: {prefix}{mode}/accuracy (fully
 correct), /reward (mean, one reward variant; all_rewards: /reward_V for each), /format_rate (an
-<answer> tag is present), /length (mean tokens); for sampled groups also {prefix}pass@k (unbiased)
+<answer> tag is present), /length (mean tokens), /unfinished (the share cut at the token
+budget); for sampled groups also {prefix}pass@k (unbiased)
 and {prefix}maj@k (the most frequent answer of the k, whitespace removed, is correct).
 """
 import re
@@ -48,6 +49,9 @@ def score(task, problems: list[dict], groups: list[list], mode: str, reward_vari
         m[f"{prefix}{mode}/reward_{v}"] = mean(rewards[v])
     m[f"{prefix}{mode}/format_rate"] = mean([sum(x != "no_answer" for x in gr) for gr in grades])
     m[f"{prefix}{mode}/length"] = mean([sum(len(s.ids) for s in g) for g in groups])
+    # cut at the token budget before EOS (a Sample's `finished`; anything without one finished)
+    m[f"{prefix}{mode}/unfinished"] = mean([sum(not getattr(s, "finished", True) for s in g)
+                                            for g in groups])
     if mode == "sampled":
         k = len(groups[0])
         m[f"{prefix}pass@{k}"] = float(np.mean([pass_at_k(len(g), c, k)

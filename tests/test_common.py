@@ -102,6 +102,46 @@ def test_hf_engine_log_probs_equal_teacher_forced_recomputation(tiny, temperatur
     assert untruncated_gap > 0.05 if top_p < 1 else untruncated_gap < 1e-4
 
 
+def test_hf_engine_keeps_one_steps_scores_not_every_steps(tmp_path, monkeypatch):
+    """The behaviour log-probs come without generate's output_scores, whose [B, T, V] stack took
+    ~80 GB at Qwen's vocabulary: no tensor as wide as the vocabulary has more rows than the batch
+    (one step's), and they are still the trainer's teacher-forced log-probs."""
+    from torch.overrides import TorchFunctionMode
+    small = common.TinyConfig(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=96)
+    model, tok = common.load_model(common.build_tiny_model(str(tmp_path / "m"), cfg=small))
+    V = model.config.vocab_size
+    assert V not in (small.hidden_size, small.intermediate_size)  # only scores are V wide
+    scores_asked, generate = [], model.generate
+
+    def spy(**kwargs):
+        scores_asked.append(kwargs.get("output_scores", False))
+        return generate(**kwargs)
+    monkeypatch.setattr(model, "generate", spy)
+
+    class WidestScores(TorchFunctionMode):  # sees every torch call's result
+        rows = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dim() and out.shape[-1] == V:
+                self.rows = max(self.rows, out.numel() // V)
+            return out
+
+    prompts = [tok(s, add_special_tokens=False)["input_ids"] for s in ["45 12 3=36:", "1 2=3:"]]
+    sc = common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7, seed=3)
+    with WidestScores() as widest:
+        flat = [s for g in common.HFEngine(model, tok).generate(prompts, sc) for s in g]
+    assert scores_asked and not any(scores_asked)
+    assert 0 < widest.rows <= len(flat)  # old code: len(flat) * 24 rows
+    with torch.no_grad():
+        lp, _ = common.completion_logprobs(model, [s.prompt_ids for s in flat],
+                                           [s.ids for s in flat], tok.pad_token_id,
+                                           temperature=0.7)
+    for i, s in enumerate(flat):
+        assert len(s.logprobs) == len(s.ids) > 0
+        assert torch.allclose(lp[i, :len(s.ids)], torch.tensor(s.logprobs), atol=1e-4)
+
+
 def test_same_seed_same_samples(tiny):
     model, tok = tiny
     engine = common.HFEngine(model, tok)

@@ -48,7 +48,7 @@ def _step(name: str, tiny_path, device) -> tuple[dict, dict]:
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
         row = sft.sft_step(model, optimizer, scheduler, batch, args, pad, 0)
     elif name == "rloo":
-        args = rloo.parse_args(["--beta", "0.1", "--micro-batch", "2"])[1]
+        args = rloo.parse_args(["--beta", "0.1", "--micro-batch", "2", "--lr", "6e-5"])[1]
         batch = [rloo.Group(p, g, REWARDS) for p, g in zip(FOUR, groups)]
         row = rloo.rloo_step(model, ref, optimizer, batch, args, pad, 0)
     elif name == "topr":
@@ -59,7 +59,7 @@ def _step(name: str, tiny_path, device) -> tuple[dict, dict]:
     elif name.startswith("agro"):  # on-policy and offline groups; klpg: the per-token KL too
         loss = name.split()[1]
         args = agro.parse_args(["--mode", "offpolicy", "--group-size", str(K), "--micro-batch", "2",
-                                "--loss", loss])[1]
+                                "--loss", loss, "--lr", "6e-5"])[1]
         batch = [agro.Group(g[0].prompt_ids, [s.ids for s in g], REWARDS, ["wrong"] * K,
                             [s.logprobs for s in g] if i % 2 else None, bool(i % 2))
                  for i, g in enumerate(groups)]

