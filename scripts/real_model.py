@@ -5,8 +5,8 @@
 
 One line for each figure, in this order:
   device   the device, torch, transformers and vLLM versions
-  start    the model's held-out accuracy before any training on Countdown (sizes --sizes), with
-           the share of answers in <answer> tags and the share cut at --max-new-tokens
+  start    the model's held-out greedy accuracy before any training on Countdown (3 and 4
+           numbers), with the share of answers in <answer> tags and the share cut at the budget
   tokens/s sampled completion tokens per second of each engine (kv, hf, and vllm with --vllm)
   step     seconds (and peak GPU memory) of one AdamW step on --step-seqs sampled completions
   sft      `sft.py` from the model: its time, peak GPU memory and held-out accuracy before -> after
@@ -27,21 +27,23 @@ import common  # noqa: E402
 from tasks import countdown  # noqa: E402
 from tasks.scoring import evaluate  # noqa: E402
 
-# Budgets of each preset. cpu: minutes on 2 cores, on 2-number puzzles (the easiest the task
-# offers, where a 135M model can earn rewards); gpu: the README's settings for a pretrained model
-# (lr, 512 new tokens: common.fill_model_defaults), sized to end within 10 minutes on one GPU.
+# Budgets of each preset. cpu: about 30 minutes on 2 cores, on 3-number puzzles (the easiest the
+# task offers); gpu: the scripts' defaults for a pretrained model (lr, 512 new tokens:
+# common.fill_model_defaults), the budgets sized to end within 10 minutes on one GPU.
 PRESETS = {
-    "cpu": dict(sizes="2", eval_size=20, max_new_tokens=96, prompts=8, group_size=4,
-                step_seqs=8, sft=["--steps", "30", "--batch-size", "8", "--warmup", "5",
-                                  "--eval-every", "30"],
+    "cpu": dict(sizes="3", eval_size=20, max_new_tokens=96, start_tokens=256, prompts=8,
+                group_size=4, step_seqs=16,
+                sft=["--steps", "40", "--batch-size", "8", "--warmup", "5", "--eval-every", "40"],
                 rl=["--iterations", "1", "--prompts", "16", "--group-size", "4", "--keep", "0",
                     "--batch-size", "16", "--micro-batch", "16"]),
-    "gpu": dict(sizes="3,4", eval_size=200, max_new_tokens=512, prompts=64, group_size=8,
-                step_seqs=64, sft=["--steps", "300", "--batch-size", "32", "--warmup", "30",
-                                   "--eval-every", "300"],
+    "gpu": dict(sizes="3,4", eval_size=100, max_new_tokens=512, start_tokens=512, prompts=64,
+                group_size=8, step_seqs=64,
+                sft=["--steps", "300", "--batch-size", "32", "--warmup", "30",
+                     "--eval-every", "300"],
                 rl=["--iterations", "2", "--prompts", "256", "--group-size", "8",
                     "--keep", "1000", "--batch-size", "64", "--micro-batch", "16", "--bf16"]),
 }
+START_SIZES = (3, 4)  # the model's accuracy before any training: Countdown's default sizes
 
 
 def say(what: str, line: str) -> None:
@@ -142,8 +144,8 @@ def main():
     engine = common.make_engine("auto", model, tok, model.name_or_path)
     t = time.perf_counter()
     say("start", f"{model.name_or_path} ({common.count_parameters(model) / 1e6:.1f}M), greedy, "
-        f"{preset['eval_size']} problems a size, <= {preset['max_new_tokens']} tokens: "
-        + held_out(engine, tok, style, sizes, preset["eval_size"], preset["max_new_tokens"])
+        f"{preset['eval_size']} problems a size, <= {preset['start_tokens']} tokens: "
+        + held_out(engine, tok, style, START_SIZES, preset["eval_size"], preset["start_tokens"])
         + f" ({time.perf_counter() - t:.0f}s)")
 
     problems = countdown.get_problems("train", preset["prompts"], size=sizes[0], seed=1)
@@ -168,7 +170,7 @@ def main():
         return 0
     del model, engine
     common_flags = ["--task", "countdown", "--sizes", preset["sizes"], "--eval-sizes",
-                    preset["sizes"], "--eval-size", str(preset["eval_size"]), "--eval-k", "4",
+                    ",".join(map(str, START_SIZES)), "--eval-size", str(preset["eval_size"]), "--eval-k", "4",
                     "--max-new-tokens", str(preset["max_new_tokens"])]
     sft_out, minutes, peak = run_script("sft", common_flags + preset["sft"] + [
         "--model", args.model, "--out", os.path.join(args.out, "sft")])

@@ -152,7 +152,7 @@ BUDGETS = {"sft": ["--steps", "2", "--batch-size", "2", "--eval-every", "1"],
            "rloo": ["--steps", "2", "--prompts", "1", "--group-size", "2", "--save-every", "1"],
            "topr": ["--iterations", "1", "--prompts", "1", "--group-size", "4", "--batch-size", "2",
                     "--keep", "0", "--sampling", "uniform", "--save-every", "1"],
-           "agro": ["--steps", "2", "--prompts", "1", "--group-size", "2", "--save-every", "1",
+           "agro": ["--steps", "2", "--prompts", "1", "--group-size", "3", "--save-every", "1",
                     "--offline-prompts", "1", "--mode", "onpolicy"],
            "spo": ["--steps", "2", "--batch-size", "2", "--group-size", "2", "--q0-samples", "2",
                    "--save-every", "1"]}
@@ -180,3 +180,75 @@ def test_smollm2_runs_every_script_and_a_killed_run_resumes_to_the_same_end(
     run_until_killed(main, argv + ["--out", killed], monkeypatch, step=2)
     main(["--resume", killed])
     assert _rows(killed) == _rows(straight)
+
+
+# ---- vLLM on SmolLM2: one engine start (minutes here) for every test that needs one -----------
+# The largest |log-prob gap| a token between engine and trainer after a sync: fp32 measured 3e-5
+# here; bf16 (engine in bf16, trainer under bf16 autocast) rounds differently in every layer.
+FP32_GAP, BF16_GAP = 1e-3, 0.25
+
+
+@pytest.fixture(scope="module")
+def smollm2_vllm(smollm2_path):
+    pytest.importorskip("vllm")
+    common.setup(0, 2)
+    model, tok = common.load_model(smollm2_path)
+    engine = common.make_engine("vllm", model, tok, smollm2_path, max_new_tokens=64)
+    yield engine, model, tok
+    engine.close()
+
+
+def _gap(engine, model, tok, bf16=False) -> float:
+    """The largest |engine - trainer| log-prob of a token in seeded samples of 3 Countdown prompts."""
+    from tasks import countdown
+    problems = countdown.get_problems("test", 3, size=3, seed=0)
+    prompts = common.encode_prompts(countdown, problems, tok, "chat")
+    flat = [s for g in engine.generate(prompts, common.SamplingConfig(n=2, max_new_tokens=24,
+                                                                      seed=0)) for s in g]
+    with torch.no_grad():
+        lp, _ = common.completion_logprobs(model, [s.prompt_ids for s in flat],
+                                           [s.ids for s in flat], tok.pad_token_id, bf16=bf16)
+    return max((lp[i, :len(s.ids)] - torch.tensor(s.logprobs)).abs().max().item()
+               for i, s in enumerate(flat))
+
+
+@pytest.mark.slow
+def test_smollm2_weight_sync_makes_vllm_follow_the_trainer_in_fp32_and_bf16(smollm2_vllm,
+                                                                            smollm2_path):
+    engine, model, tok = smollm2_vllm
+    engine.sync(model)
+    assert _gap(engine, model, tok) < FP32_GAP
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    assert _gap(engine, model, tok) > 10 * FP32_GAP  # the engine still runs the old weights
+    engine.sync(model)
+    fp32 = _gap(engine, model, tok)
+    assert fp32 < FP32_GAP
+    bf16_engine = common.make_engine("vllm", model, tok, smollm2_path, bf16=True,
+                                     max_new_tokens=64)
+    try:
+        bf16_engine.sync(model)  # the trainer's fp32 weights, cast by vLLM's loader
+        bf16 = _gap(bf16_engine, model, tok, bf16=True)
+    finally:
+        bf16_engine.close()
+    print(f"SmolLM2 sync gaps: fp32 {fp32:.1e}, bf16 {bf16:.1e}")
+    assert bf16 < BF16_GAP
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_smollm2_runs_every_script_on_the_vllm_engine(name, smollm2_vllm, tmp_path, monkeypatch,
+                                                      capsys):
+    """`--engine vllm` with the real model: the scripts share the one engine started above (each
+    syncs its own weights into it), evaluate, train and save final/."""
+    engine = smollm2_vllm[0]
+    monkeypatch.setattr(engine, "close", lambda: None)
+    monkeypatch.setattr(common, "make_engine", lambda *args, **kwargs: engine)
+    run = str(tmp_path / "run")
+    SCRIPTS[name].main(TINY_BUDGET + BUDGETS[name] + ["--model", "smollm2", "--engine", "vllm",
+                                                       "--out", run])
+    assert f"{name}.py done" in capsys.readouterr().out
+    rows = _rows(run)
+    assert os.path.isdir(os.path.join(run, "final")) and rows[-1]["step"] == 2
+    assert any(k.endswith("sampled/accuracy") for k in rows[-1])

