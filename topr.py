@@ -23,7 +23,7 @@ script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several
 docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
 
 Rewards and split: with [TOPR]'s +1/-1 reward (`--reward pm1`) T- is R - c < 0 and c defaults to
--0.8 (chosen with scripts/topr_experiments.py: docs/RESULTS-topr-report.md); the task's rewards
+-0.8 (chosen with scripts/sweep.py: docs/RESULTS-topr-report.md); the task's rewards
 (`--reward original|A|B|A+B`) are at most 1, and 1 only for a correct answer (B gives -0.1 and
 -0.2, A subtracts a length penalty), so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT term,
 every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).

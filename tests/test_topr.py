@@ -590,8 +590,13 @@ def test_ctrl_c_is_a_kill_and_the_last_checkpoint_stands(straight_run, tiny_path
         return real_step(*a, **kw)
     monkeypatch.setattr(topr, "topr_step", step_then_sigint)
     out = str(tmp_path / "run")
-    with pytest.raises(KeyboardInterrupt):
-        topr.main(KILL_RUN + ["--model", tiny_path, "--out", out])
+    # Python's own handler, whatever this process inherited (a background job ignores SIGINT)
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            topr.main(KILL_RUN + ["--model", tiny_path, "--out", out])
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert torch.load(os.path.join(out, "checkpoint.pt"), weights_only=False)["step"] == 2
     monkeypatch.setattr(topr, "topr_step", real_step)
     assert _metrics(topr.main(["--resume", out])) == _metrics(straight_run)
