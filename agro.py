@@ -304,7 +304,8 @@ def sample_reference(engine, ref_model, pool, prompts, args, path: str) -> None:
         len(pool), min(args.offline_prompts, len(pool)), replace=False)
     print(f"sampling {len(idx)} prompts x {args.group_size} from pi_ref into {path}", flush=True)
     engine.sync(ref_model)
-    sc = common.SamplingConfig(args.group_size, args.max_new_tokens, seed=args.seed)
+    sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
+                               seed=args.seed)
     write_offline(path, [pool[i] for i in idx], engine.generate([prompts[i] for i in idx], sc))
 
 
@@ -329,7 +330,8 @@ def sample_batch(engine, task, pool, prompts, offline, step, args) -> list[Group
     batch, n_online = [], online_groups(args)
     if n_online:
         idx = np.random.default_rng([args.seed, step]).choice(len(pool), n_online, replace=False)
-        sc = common.SamplingConfig(args.group_size, args.max_new_tokens, temperature=1.0)
+        sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
+                                   temperature=1.0)
         for i, g in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
             batch.append(make_group(task, args.reward, pool[i], prompts[i], [s.ids for s in g],
                                     [s.text for s in g], [s.logprobs for s in g]))
@@ -423,16 +425,16 @@ def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> 
     Monte Carlo: the mean of h over 4 samples (T = 1, seed 0) of 64 training prompts."""
     model.eval()
     metrics = {}
+    greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    sampled = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)
     for n, (problems, prompts) in eval_sets.items():
-        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
-                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
-                                                           seed=0))]:
+        for mode, sc in [("greedy", greedy), ("sampled", sampled)]:
             groups = engine.generate(prompts, sc)
             metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
     idx = np.random.default_rng([args.seed, 7]).choice(len(train_prompts),
                                                         min(64, len(train_prompts)), replace=False)
     groups = engine.generate([train_prompts[i] for i in idx],
-                             common.SamplingConfig(4, args.max_new_tokens, seed=0))
+                             common.SamplingConfig(n=4, max_new_tokens=args.max_new_tokens, seed=0))
     flat = [s for g in groups for s in g]
     batch = ([s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id)
     with torch.no_grad():

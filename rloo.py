@@ -53,6 +53,12 @@ from tasks.scoring import score
 
 # Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
 MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
+# --resample-uniform: a further round draws this many times the prompts that the share of groups
+# with signal says are missing, the share taken as at least MIN_SHARE (at most 5x the missing).
+OVERDRAW, MIN_SHARE = 1.25, 0.25
+# KL(pi || pi_ref) at each evaluation: KL_SAMPLES samples (T = 1) of KL_PROMPTS training prompts,
+# from a random stream of its own (tag KL_STREAM; the batches draw from [seed, step]).
+KL_PROMPTS, KL_SAMPLES, KL_STREAM = 64, 4, 7
 
 
 def parse_args(argv=None):
@@ -187,13 +193,15 @@ def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
     there are still too few, the batch is topped up with the groups set aside (zero gradient).
     """
     rng = np.random.default_rng([args.seed, step])
-    sc = common.SamplingConfig(args.group_size, args.max_new_tokens, temperature=1.0)
+    sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
+                               temperature=1.0)
     kept, set_aside, drawn, with_signal = [], [], 0, 0
     for _ in range(args.max_draws if args.resample_uniform else 1):
         missing = args.prompts - len(kept)
         share = len(kept) / drawn if drawn else 1.0  # of the groups drawn so far, those with signal
         m = args.prompts if drawn == 0 else min(args.prompts,
-                                                 math.ceil(1.25 * missing / max(share, 0.25)))
+                                                 math.ceil(OVERDRAW * missing
+                                                           / max(share, MIN_SHARE)))
         idx = rng.choice(len(pool), m, replace=False)
         drawn += len(idx)
         for i, samples in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
@@ -297,16 +305,16 @@ def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> 
     log pi(y|x) - log pi_ref(y|x) over 4 samples (T = 1, seed 0) of 64 training prompts."""
     model.eval()
     metrics = {}
+    greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    sampled = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)
     for n, (problems, prompts) in eval_sets.items():
-        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
-                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
-                                                           seed=0))]:
+        for mode, sc in [("greedy", greedy), ("sampled", sampled)]:
             groups = engine.generate(prompts, sc)
             metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
-    idx = np.random.default_rng([args.seed, 7]).choice(len(train_prompts),
-                                                        min(64, len(train_prompts)), replace=False)
-    groups = engine.generate([train_prompts[i] for i in idx],
-                             common.SamplingConfig(4, args.max_new_tokens, seed=0))
+    idx = np.random.default_rng([args.seed, KL_STREAM]).choice(
+        len(train_prompts), min(KL_PROMPTS, len(train_prompts)), replace=False)
+    groups = engine.generate([train_prompts[i] for i in idx], common.SamplingConfig(
+        n=KL_SAMPLES, max_new_tokens=args.max_new_tokens, seed=0))
     flat = [s for g in groups for s in g]
     batch = ([s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id)
     with torch.no_grad():

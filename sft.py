@@ -220,13 +220,14 @@ def evaluate(engine, model, task, eval_sets, args, sampled: bool) -> dict:
     completion a problem and, when `sampled` (the last evaluation), --eval-k samples at T = 1 drawn
     with seed 0, so that every checkpoint meets the same random numbers."""
     model.eval()
-    engine.sync(model)  # vLLM: push the current weights
+    engine.sync(model)  # the trained weights copied into the engine (vLLM; hf/kv share them)
     metrics = {}
     for n, (problems, prompts) in eval_sets.items():
-        configs = [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0))]
+        configs = [("greedy", common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens,
+                                                    temperature=0.0))]
         if sampled and args.eval_k:
-            configs.append(("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
-                                                             seed=0)))
+            configs.append(("sampled", common.SamplingConfig(
+                n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)))
         for mode, sc in configs:
             groups = engine.generate(prompts, sc)
             metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))

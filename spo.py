@@ -430,12 +430,12 @@ def spo_step(model, ref_model, optimizer, schedule, batch: list[Trajectory], q0_
 def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
     """Held-out metrics of the policy per size (tasks/scoring.py): greedy and --eval-k samples at
     T = 1 drawn with seed 0 (every checkpoint meets the same draws); then the sampler's weights."""
-    engine.sync(model)
+    engine.sync(model)  # the policy's weights copied into the engine (vLLM; hf/kv share them)
     metrics = {}
+    greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    sampled = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)
     for n, (problems, prompts) in eval_sets.items():
-        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
-                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
-                                                           seed=0))]:
+        for mode, sc in [("greedy", greedy), ("sampled", sampled)]:
             groups = engine.generate(prompts, sc)
             metrics.update(score(task, problems, groups, mode, prefix=f"eval{n}/"))
     engine.sync(sampler)

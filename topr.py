@@ -73,6 +73,11 @@ REPORT_SETTING = {"iterations": 1, "prompts": 1000, "group_size": 1, "epochs": 2
 
 # Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
 MODEL_DEFAULTS = {"lr": (5e-5, 1e-4), "max_new_tokens": (64, 512)}
+# Prompts an engine call: bounds the samples held at once, not the samples drawn.
+PROMPTS_A_CALL = 256
+# Random streams: mu's draws seeded seed * SEED_STRIDE + iteration (a prime larger than any run's
+# iterations keeps runs' seeds apart); selection and shuffling tagged apart from the prompts'.
+SEED_STRIDE, SELECT_STREAM, SHUFFLE_STREAM = 1009, 1, 2
 
 
 # ---- Flags ---------------------------------------------------------------------------------------
@@ -107,7 +112,7 @@ def parse_args(argv=None):
     add("--sampling", choices=["uniform", "anna-karenina"], default="anna-karenina",
         help="which samples are kept (select); [TOPR] §4.3's: more gain a minute than uniform")
     add("--keep", type=common.nonnegative_int, default=1000,
-        help="samples kept (0: all selected); 1000: a quarter of them, 4x fewer steps a round")
+        help="samples kept a round (0: all selected); 1000: a quarter of the default 500 x 8")
     # the loss
     add("--loss", choices=list(LIMITS), default="topr", help="Eq. 8, or a Table 1 method (Eq. 7)")
     add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise) or one of --task's rewards: "
@@ -285,9 +290,9 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
                                temperature=args.temperature, top_p=args.top_p)
     mu = f"iteration {iteration} policy, T={args.temperature} top_p={args.top_p}"
     rows = []
-    for start in range(0, len(problems), 256):
-        groups = engine.generate(prompts[start:start + 256], sc)
-        for j, (problem, group) in enumerate(zip(problems[start:start + 256], groups)):
+    for start in range(0, len(problems), PROMPTS_A_CALL):
+        groups = engine.generate(prompts[start:start + PROMPTS_A_CALL], sc)
+        for j, (problem, group) in enumerate(zip(problems[start:start + PROMPTS_A_CALL], groups)):
             for s in group:
                 rows.append({"problem": problem, "prompt_index": start + j,
                              "prompt_ids": s.prompt_ids, "completion_ids": s.ids,
@@ -303,8 +308,8 @@ def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> l
     (the current weights), seeded by the iteration alone, written to RUN/data-IT.jsonl."""
     t0 = time.perf_counter()
     model.eval()
-    engine.sync(model)
-    torch.manual_seed(args.seed * 1009 + it)
+    engine.sync(model)  # mu: the current weights, copied into the engine (vLLM)
+    torch.manual_seed(args.seed * SEED_STRIDE + it)
     idx = np.random.default_rng([args.seed, it]).choice(
         len(pool), min(args.prompts, len(pool)), replace=False)
     variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
@@ -497,10 +502,10 @@ def evaluate(engine, model, task, eval_sets, args) -> dict:
     engine.sync(model)  # the weights trained so far (the engine samples mu = pi_{it-1} otherwise)
     variant = None if args.reward in (PM1, "A+B") else args.reward
     metrics = {}
+    greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    sampled = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)
     for n, (problems, prompts) in eval_sets.items():
-        for mode, sc in [("greedy", common.SamplingConfig(1, args.max_new_tokens, 0.0)),
-                         ("sampled", common.SamplingConfig(args.eval_k, args.max_new_tokens,
-                                                           seed=0))]:
+        for mode, sc in [("greedy", greedy), ("sampled", sampled)]:
             groups = engine.generate(prompts, sc)
             metrics.update(score(task, problems, groups, mode, variant, prefix=f"eval{n}/"))
     return metrics
@@ -545,7 +550,7 @@ def main(argv=None):
     step = run.begin(model=model, optimizer=optimizer)  # steps taken: 0, or the checkpoint's
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
-    engine.sync(model)
+    engine.sync(model)  # the start (or resumed) weights copied into the engine (vLLM)
     print(f"topr: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
           f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
           f"c={args.c:g}, split={args.split:g}, run {args.out}")
@@ -556,10 +561,11 @@ def main(argv=None):
         if rows is None:
             rows = sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it)
         data_it = select(rows, args.sampling, args.keep,  # 2. the selection
-                         np.random.default_rng([args.seed, it, 1]))
+                         np.random.default_rng([args.seed, it, SELECT_STREAM]))
         for epoch in range(epoch0, args.epochs):
             rewards, neg = epoch_rewards(data_it, it, epoch, task, args, show=batch0 == 0)
-            order = np.random.default_rng([args.seed, it, epoch, 2]).permutation(len(data_it))
+            order = np.random.default_rng([args.seed, it, epoch, SHUFFLE_STREAM]).permutation(
+                len(data_it))
             batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
             for b in tqdm(range(batch0, len(batches)), f"iteration {it} epoch {epoch}",
                           total=len(batches), initial=batch0, leave=False):  # 3. the updates

@@ -161,6 +161,7 @@ def main():
                                                    f" ({REAL_MODEL} is not in the local HF cache)"))
     common.setup(0)
     model, tok = common.load_model(path, device="cuda" if cuda else "cpu")
+    path = model.name_or_path  # the folder itself (`smollm2` names one made on first use)
     say("model", f"{path}: {common.count_parameters(model) / 1e6:.1f}M parameters, fp32 trainer")
 
     if has_vllm:

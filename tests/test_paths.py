@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# docs/X.md, scripts/x.py, tests/..., tasks/..., requirements*.txt, as written in text or code
+# a file under docs, scripts, tests or tasks, or a requirements file, as text or code names it
 PATH = re.compile(r"(?<![\w./-])((?:docs|scripts|tests|tasks)/[\w./-]*\w"
                   r"\.(?:py|md|png|txt|jsonl|json)|requirements[\w-]*\.txt)\b")
 PLACEHOLDERS = {"TASK", "TIME", "NAME", "RUN", "DIR"}  # docs/RESULTS-TASK.md: a file per task

@@ -90,6 +90,8 @@ def test_a_task_written_to_the_documented_interface_runs_with_every_script(name,
     rest = said[done + 2:]
     if rest[0].startswith("no learning signal: "):  # a step or two of an untrained model
         rest = rest[1:]
+    if rest[0].startswith("most held-out samples were cut at --max-new-tokens"):  # it rarely stops
+        rest = rest[1:]
     assert rest[0] == "run folder: run (final model: run/final)"
     assert rest[1:] == (["next: python topr.py --task parity --model run/final"]
                         if name == "sft" else [])
