@@ -72,7 +72,7 @@ REPORT_SETTING = {"iterations": 1, "prompts": 1000, "group_size": 1, "epochs": 2
 
 
 # Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
-MODEL_DEFAULTS = {"lr": (5e-5, 1e-4), "max_new_tokens": (64, 512)}
+MODEL_DEFAULTS = {"lr": (5e-5, 1e-5), "max_new_tokens": (64, 512)}
 # Prompts an engine call: bounds the samples held at once, not the samples drawn.
 PROMPTS_A_CALL = 256
 # Random streams: mu's draws seeded seed * SEED_STRIDE + iteration (a prime larger than any run's
@@ -127,8 +127,9 @@ def parse_args(argv=None):
     add("--batch-size", type=common.positive_int, default=64,
         help="sequences (a prompt and its completion) an optimizer step")
     add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant ([TOPR]); "
-        "None: 5e-5 for tiny, the best there (docs/RESULTS-topr-report.md), 1e-4 for a "
-        "pretrained model ([CR] §5.2: the best of 1e-4, 1e-5, 1e-6 on Qwen2.5-0.5B)")
+        "None: 5e-5 for tiny, the best there (docs/RESULTS-topr-report.md), 1e-5 for a "
+        "pretrained model (of [CR] §5.2's 1e-4, 1e-5, 1e-6 on Qwen2.5-0.5B; its best, 1e-4, "
+        "collapsed SmolLM2: docs/GPU.md)")
     add("--report-variant", choices=["original", "A", "A+B"], default=None,
         help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
     add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
