@@ -316,18 +316,8 @@ def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> l
     variant = variant_at(args.reward, it * args.epochs, args.iterations * args.epochs)
     rows = generate_rows(engine, task, [pool[i] for i in idx], [prompts[i] for i in idx],
                          tokenizer, args, it, variant)
-    if (engine.name == "vllm" or args.bf16) and args.top_p == 1:  # other numerics than log pi's
-        for r in rows:  # vLLM's kernels or fp32 against --bf16: ratios would start off 1
-            r["lp_mu_sampler"] = r.pop("lp_mu")
-        fill_lp_mu(rows, model, tokenizer.pad_token_id, args.micro_batch, args.bf16,
-                   args.temperature)
-        gap = np.mean([abs(r["lp_mu"] - r["lp_mu_sampler"]) / max(1, len(r["completion_ids"]))
-                       for r in rows])
-        tqdm.write(f"iteration {it}: LP_mu recomputed as the trainer computes log pi (the "
-                   f"sampler's differed by {gap:.2e} a token on average)")
-    elif engine.name == "vllm" or args.bf16:
-        tqdm.write(f"iteration {it}: LP_mu is the sampler's (top-p < 1: a nucleus the trainer does "
-                   "not form); ratios start off 1 by the sampler's numerical gap")
+    if engine.name == "vllm" or args.bf16:  # the sampler's numerics are not the trainer's
+        lp_mu_as_trainer(rows, model, tokenizer.pad_token_id, args, it)
     write_jsonl(os.path.join(args.out, f"data-{it}.jsonl"), rows)
     tqdm.write(f"iteration {it}: {len(rows)} samples from {len(idx)} prompts in "
                f"{time.perf_counter() - t0:.1f}s")
@@ -382,6 +372,24 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: boo
                                                   temperature=temperature, bf16=bf16)
             for r, v in zip(part, (lp * mask).sum(-1).tolist()):
                 r.setdefault("lp_mu", v)
+
+
+def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> None:
+    """LP_mu recomputed as the trainer computes log pi, at mu's temperature, the sampler's kept as
+    lp_mu_sampler: vLLM's kernels, or fp32 sampling against --bf16 training, put a negative's
+    tapered ratio off 1 at the start (the gap a token, summed over 512 tokens). At top-p < 1, mu is
+    a nucleus the trainer does not form: the sampler's value stays."""
+    if args.top_p < 1:
+        tqdm.write(f"iteration {it}: LP_mu is the sampler's (top-p < 1); ratios start off 1 by "
+                   "its numerical gap to the trainer")
+        return
+    for r in rows:
+        r["lp_mu_sampler"] = r.pop("lp_mu")
+    fill_lp_mu(rows, model, pad_id, args.micro_batch, args.bf16, args.temperature)
+    gap = np.mean([abs(r["lp_mu"] - r["lp_mu_sampler"]) / max(1, len(r["completion_ids"]))
+                   for r in rows])
+    tqdm.write(f"iteration {it}: LP_mu recomputed as the trainer computes log pi (the sampler's "
+               f"was {gap:.2e} away a token on average)")
 
 
 def samples_on_hand(args, task, model, tokenizer, style, it0: int, resumed: bool) -> dict:

@@ -779,7 +779,10 @@ def test_killed_run_resumes_to_the_uninterrupted_metrics(when, uninterrupted, we
     proc = subprocess.Popen([sys.executable, "agro.py"] + _kill_args(weak_sft, problems, out),
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "TORCH_THREADS": "1"})
+                            env={**os.environ, "TORCH_THREADS": "1"},
+                            # SIGINT as a terminal gives it, whatever pytest inherited (a
+                            # background job ignores it, and so would the child)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = out / "metrics.jsonl"
     try:
         if when == "during reference sampling":
