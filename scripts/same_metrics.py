@@ -5,7 +5,8 @@
 
 Each run takes a few steps on one thread with the kv engine and logs its metrics.jsonl; with
 --compare, every row of every run (all fields but the wall-clock ones) must equal the other
-folder's, and the first difference is printed. SFT: a finished sft.py model (sft.py itself starts
+folder's, and the first difference is printed (`--added /unfinished`: a metric added since, left
+out where the older folder lacks it). SFT: a finished sft.py model (sft.py itself starts
 from `tiny`). Exit status 1 if anything differs.
 """
 import argparse
