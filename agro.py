@@ -1,50 +1,17 @@
-"""agro.py: Any-Generation Reward Optimization, off-policy and on-policy, from any mix of data.
+"""agro.py: Any-Generation Reward Optimization, one loss for on-policy and offline groups.
 
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
-2025, arXiv:2503.19612.
-[RLOO] Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
-from Human Feedback in LLMs", 2024, arXiv:2402.14740.
-Equation numbers are [AGRO]'s; docs/DERIVATIONS.md rebuilds the ones our text of it lost.
-
-Maximise J(pi) = E_x[ E_{y~pi} r(x,y) - beta KL(pi(.|x) || pi_ref(.|x)) ]              (Eq. 1)
-whose optimum is pi*(y|x) = pi_ref(y|x) exp(r(x,y)/beta) / Z(x)                         (Eq. 2)
-With the regularised reward r_pi(x,y) = r(x,y) - beta log(pi(y|x)/pi_ref(y|x)), Theorem 1 says
-r_pi* is the same number for EVERY generation y of a prompt (generation consistency), so pi* is
-the unique minimiser of the consistency loss  l(pi; x, nu) = 1/2 Var_{y~nu}[r_pi(x, y)]  for ANY
-data distribution nu with pi_ref's support (Eq. 3, Theorem 2): one loss learns from any generations.
-
-For each prompt take n >= 2 completions y_1..y_n, and with h_i = sg(log pi(y_i) - log pi_ref(y_i)):
-    r_pi,i = r_i - beta h_i             b_i = 1/(n-1) sum_{j != i} r_pi,j       (leave-one-out)
-  off-policy AGRO (Eq. 4), data from anything that does not depend on theta (pi_ref, a file):
-    loss = -1/(B n) sum (r_pi,i - b_i) log pi(y_i)     = (1/beta) grad 1/2 s^2(r_pi), ddof 1
-  on-policy AGRO (Eqs. 5-6), data from the CURRENT policy at temperature 1: the pathwise term
-  above plus the likelihood-ratio term, there because the sampling distribution depends on theta:
-    w_i  = beta (r_pi,i - b_i) - lambda_LR 1/2 [(r_pi,i - b_i)^2 - v_i]     (lambda_LR = 1: paper)
-    loss = -1/(B n) sum sg(w_i / beta) log pi(y_i)     (/beta, ours: the off-policy loss's scale)
-  KL-regularised policy gradient, the paper's comparison (`--loss klpg`), as the paper runs it:
-    offline groups (§8.2), with the exact per-token KL over the vocabulary along each sampled
-    y_i, differentiated (it converges to the wrong policy, Fig. 1):
-      loss = -1/(B n) sum (r_i - b^r_i) log pi(y_i) + beta/(B n) sum_i sum_t KL_t(y_i)
-    on-policy groups (§8.1, [RLOO] with the KL in the reward):
-      loss = -1/(B n) sum (r_pi,i - b_i) log pi(y_i),
-      the same computation as off-policy AGRO's weights on fresh samples (= --lambda-lr 0) and
-      the unbiased gradient of Eq. 1. The per-token form is NOT used there: along a fixed sampled
-      path it drops the score term sum_s grad log pi(y_s|.) sum_{t>s} KL_t, so for responses of
-      two or more tokens its expectation is not the gradient of Eq. 1 (docs/DERIVATIONS.md).
-
-Data: each batch holds round(f B) groups sampled now from the current policy (`--online-fraction f`:
-1 with `--mode onpolicy`, else 0), the rest from a fixed offline set: `--offline-data`, or n samples
-of `--offline-prompts` prompts drawn once from pi_ref at T = 1 (the paper's mu = pi_ref, §8.2).
-
-On-policy threshold (docs/DERIVATIONS.md): with rewards {a, b} and success rate p at pi = pi_ref,
-the expected on-policy AGRO update raises a correct answer's probability only if p > 1/2 -
-beta/(lambda_LR |a - b|); below it, g_LR pushes rarely-solved prompts towards never being solved.
-At the paper's lambda_LR = 1 and a small beta most Countdown prompts are below it
-(scripts/agro_threshold.py counts them) and the tiny model collapses; agro.py's default lambda_LR =
-beta/2 puts the threshold at 1/2 - 2/|a - b| < 0 for 0/1 rewards, whatever beta, and keeps g_LR at
-a quarter of the pathwise term's scale.
-
-Run:  python agro.py --model runs/sft-countdown-.../final  [--mode offpolicy] [--engine vllm]
+       2025, arXiv:2503.19612. Its symbols are the names: beta, h, rpi, b, v, lambda_lr, mu, pi.
+Eqs. 1-3  pi* = argmax E r - beta KL zeroes 1/2 Var[r_pi]  tests/test_agro.py
+§3.1      r_pi = r - beta sg(h), h = log pi - log pi_ref   regularised_rewards, log_ratio
+Eq. 4     weights r_pi,i - b_i, b_i leave-one-out mean     agro_offpolicy_weights, loo_baseline
+Eqs. 5-6  w_i: Eq. 4's + lambda_LR x g_LR, baseline v_i    agro_onpolicy_weights
+§8        -mean sg(w_i) log pi(y_i), groups of pi or mu    agro_loss, agro_step, sample_batch
+Departures: lambda_LR (1 in the paper) defaults to beta/2: at 1 the tiny model collapses.
+  On-policy weights are divided by beta, to the off-policy loss's scale.
+  v_i defaults to "var", unbiased; the paper's variance-reduced v_i is biased (--lr-baseline paper).
+  --loss klpg (§8's KL-PG, klpg_loss) on on-policy groups: RLOO with the sequence KL in the reward.
+Run: python agro.py --task countdown [--mode offpolicy]   More: docs/PAPERS.md, section [AGRO].
 """
 import argparse
 import json
@@ -64,10 +31,14 @@ from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
 REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref, drawn once
-
-
 # Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
 MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
+# beta per sequence (docs/RESULTS-agro-spo.md): 0.05 beat 0.5 on-policy; 0.1 lost accuracy offline
+BETA_ONPOLICY, BETA_OFFPOLICY = 0.05, 0.3
+# Random streams [--seed, STREAM]: draws a pure function of the flags (on-policy: [seed, step])
+REFERENCE_STREAM, OFFLINE_ORDER_STREAM, KL_STREAM = 99, 1234, 7
+# kl_to_ref: 256 sequences; EVAL_SEED: every evaluation draws alike, so checkpoints compare fairly
+KL_PROMPTS, KL_SAMPLES, EVAL_SEED = 64, 4, 0
 
 
 def parse_args(argv=None):
@@ -75,20 +46,19 @@ def parse_args(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
     add("--mode", choices=["offpolicy", "onpolicy"], default="onpolicy",
-        help="groups from pi (Eqs. 5-6: gains in 5 min on 2 cores) or offline groups (Eq. 4)")
-    add("--loss", choices=["agro", "klpg"], default="agro", help="agro, or §8's KL-regularised PG")
-    add("--beta", type=common.nonnegative_float, default=None, help="KL coefficient per "
-        "sequence: 0.05 with on-policy groups, else 0.3 (docs/RESULTS-agro-spo.md)")
+        help="onpolicy: groups sampled from pi each step (Eqs. 5-6); offpolicy: offline (Eq. 4)")
+    add("--loss", choices=["agro", "klpg"], default="agro", help="klpg: §8's KL-regularised PG")
+    add("--beta", type=common.nonnegative_float, default=None, help="KL coefficient, per "
+        f"sequence; None: {BETA_ONPOLICY} with on-policy groups, else {BETA_OFFPOLICY}")
     add("--lambda-lr", type=common.nonnegative_float, default=None,
-        help="weight of g_LR: beta/2, not the paper's 1 (module docstring); 0 = RLOO")
+        help="lambda_LR, the weight of g_LR (the paper's: 1; 0: RLOO); None: beta/2")
     add("--lr-baseline", choices=["var", "none", "paper"], default="var",
-        help="v_i in g_LR (agro_onpolicy_weights): var, unbiased and centred (n >= 3)")
+        help="v_i in g_LR: var, unbiased and centred (n >= 3); paper: biased")
     add("--online-fraction", type=common.fraction, default=None,
-        help="on-policy share of each batch's groups: 1 with --mode onpolicy, else 0")
+        help="share of a batch's groups sampled from pi; None: 1 with --mode onpolicy, else 0")
     add("--offline-data", default=None, metavar="FILE",
-        help="offline groups (read_offline); None: pi_ref's samples")
-    add("--offline-prompts", type=common.positive_int, default=2048,
-        help="without --offline-data: prompts pi_ref samples first")
+        help="offline groups, JSONL (read_offline); None: samples of pi_ref, drawn once")
+    add("--offline-prompts", type=common.positive_int, default=2048, help="prompts pi_ref samples")
     add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
     add("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
     add("--group-size", type=common.positive_int, default=8, help="completions a prompt (n, >= 2)")
@@ -125,18 +95,29 @@ def parse_args(argv=None):
     add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
     args = p.parse_args(argv)
-    if args.online_fraction is None:  # the defaults that depend on other flags (see each help)
+    # The defaults that depend on other flags (each flag's help says its rule)
+    if args.online_fraction is None:
         args.online_fraction = float(args.mode == "onpolicy")
     if args.beta is None:
-        args.beta = 0.05 if online_groups(args) > 0 else 0.3
-    if args.lambda_lr is None and args.beta > 0:  # the on-policy threshold below 0 (docstring)
-        args.lambda_lr = args.beta / 2
+        args.beta = BETA_ONPOLICY if online_groups(args) > 0 else BETA_OFFPOLICY
+    if args.lambda_lr is None and args.beta > 0:  # at beta 0 it stays None: nothing divides by 0
+        args.lambda_lr = args.beta / 2  # the on-policy threshold below 0 (docs/DERIVATIONS.md)
     return p, args
 
 
+def online_groups(args) -> int:
+    """On-policy groups a batch: round(f B), f = --online-fraction; the others are offline."""
+    return round(args.online_fraction * args.prompts)
+
+
 # ---- The estimators, pure functions of tensors: B prompts, n completions each, N = B n, T tokens
+def log_ratio(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor):
+    """h(y) = log pi(y|x) - log pi_ref(y|x), a sum over the tokens.  [N, T] each -> [N]"""
+    return ((logprobs - ref_logprobs) * mask).sum(-1)
+
+
 def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """r_pi = r - beta sg(h), h = log pi(y|x) - log pi_ref(y|x) a sequence (§3.1).  [B, n] each"""
+    """r_pi = r - beta sg(h), the regularised reward (§3.1).  [B, n] each"""
     return rewards - beta * h.detach()
 
 
@@ -150,34 +131,28 @@ def loo_baseline(values: torch.Tensor) -> torch.Tensor:
 
 def agro_offpolicy_weights(rpi: torch.Tensor) -> torch.Tensor:
     """Off-policy AGRO weights r_pi,i - b_i on grad log pi(y_i) (Eq. 4).  rpi: [B, n] -> [B, n]
-    Their mean over a group, times grad log pi, equals -(1/beta) grad 1/2 s^2(r_pi) (ddof 1,
-    gradient through h): an unbiased estimate of -(1/beta) grad of the consistency loss (Lemma 3).
-    They are all 0 at pi* (Theorem 1), whatever the samples."""
+    Their mean, times grad log pi, is -(1/beta) grad 1/2 s^2(r_pi), ddof 1, with the gradient
+    through h: the consistency loss (Eq. 3) on these samples (Lemma 3). All 0 at pi* (Theorem 1)."""
     return rpi - loo_baseline(rpi)
 
 
 def agro_onpolicy_weights(rpi, beta: float, lambda_lr: float, lr_baseline: str = "var"):
     """On-policy AGRO weights w_i / beta (Eqs. 5-6).  rpi: [B, n] -> [B, n]
-    w_i = beta (r_pi,i - b_i) - lambda_lr 1/2 [(r_pi,i - b_i)^2 - v_i], divided by beta to give the
-    pathwise part the off-policy scale. E[(r_pi,i - b_i)^2 | y_i] = (r_pi,i - m)^2 + Var/(n-1): any
-    v_i independent of y_i multiplies a zero-mean score, so v_i = 0 is unbiased (Proposition 4),
-    but then every weight carries -(lambda/2beta) n/(n-1) Var on average, a push on all sampled
-    sequences that cancels only in expectation and, on Countdown, outweighs the signal (the model
-    drifts). As the group's average of (r_pi,i - b_i)^2 is n/(n-1) Var, these baselines remove it:
-      "var"   n/(n-1) x the ddof-1 variance of the other n-1 rewards (n >= 3, else ValueError):
-              independent of y_i, so unbiased, and centred (the variance alone: Var/(n-1) off);
-      "paper" our reading of the paper's variance-reduced estimate, the mean of the others' squared
-              residuals: centred too, but it depends on y_i through b_j, so slightly biased."""
-    adv = agro_offpolicy_weights(rpi)  # [B, n]
+    w_i = beta (r_pi,i - b_i) - lambda_LR 1/2 [(r_pi,i - b_i)^2 - v_i]: Eq. 4's pathwise term, and
+    g_LR because the samples come from pi itself. v_i: "none" 0, unbiased (Proposition 4) but each
+    weight is then -(lambda_LR/2beta) n/(n-1) Var on average; "var" n/(n-1) x the ddof-1 variance
+    of the other n-1 (n >= 3), unbiased and centred; "paper" the mean of the others' squared
+    residuals (our reading of its variance-reduced estimate), centred, biased through b_j."""
+    adv = agro_offpolicy_weights(rpi)  # r_pi,i - b_i  [B, n]
     n = rpi.shape[-1]
     if lr_baseline == "none":
         v = torch.zeros_like(rpi)
     elif lr_baseline == "var":
         if n < 3:
             raise ValueError("--lr-baseline var needs n >= 3 (the variance of the other n-1)")
-        others_mean = loo_baseline(rpi)  # [B, n]
+        b = loo_baseline(rpi)  # b_i, the mean of the other n-1  [B, n]
         sq_others = (rpi ** 2).sum(-1, keepdim=True) - rpi ** 2  # sum_{j != i} r_pi,j^2
-        v = n / (n - 1) * (sq_others - (n - 1) * others_mean ** 2) / (n - 2)
+        v = n / (n - 1) * (sq_others - (n - 1) * b ** 2) / (n - 2)
     elif lr_baseline == "paper":
         v = loo_baseline(adv ** 2)
     else:
@@ -200,8 +175,7 @@ def reduce_tokens(values: torch.Tensor, mask: torch.Tensor, norm: str = "seq") -
 
 def agro_loss(logprobs: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, norm: str = "seq"):
     """-mean_i sg(w_i) log pi(y_i): Eq. 4 with off-policy weights, Eqs. 5-6 with on-policy ones.
-    logprobs: [N, T] per-token log pi(y_t|x, y_<t) with gradient, 0 on padding;  mask: [N, T] (EOS
-    counted);  weights: [N] (detached here)."""
+    logprobs: [N, T] log pi(y_t|x, y_<t) with gradient;  mask: [N, T], EOS counted;  weights: [N]"""
     return -reduce_tokens(weights.detach()[:, None] * logprobs, mask, norm)
 
 
@@ -212,8 +186,9 @@ def token_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor, mask: torch.Ten
 
 
 def klpg_loss(logprobs, mask, rewards, kl, beta: float, norm: str = "seq", h=None, online=None):
-    """The KL-regularised policy gradient of the module docstring, group by group: per-token KL on
-    offline groups (§8.2), the sequence KL in a detached reward on on-policy ones (§8.1).
+    """§8's KL-regularised PG. Offline groups (§8.2): -1/(B n) sum_i (r_i - b^r_i) log pi(y_i) +
+    beta/(B n) sum_i sum_t KL_t(y_i), KL differentiated (Fig. 1: it misses pi*). On-policy groups
+    (§8.1): RLOO with the sequence KL in the reward, Eq. 4's weights (per-token is biased there).
     logprobs, mask, kl: [N, T] (kl: token_kl, with gradient; None if every group is on-policy);
     rewards, h: [B, n] (h: for on-policy groups);  online: [B] bool (default: all offline)."""
     if online is None:
@@ -225,29 +200,8 @@ def klpg_loss(logprobs, mask, rewards, kl, beta: float, norm: str = "seq", h=Non
     loss = agro_loss(logprobs, mask, adv.reshape(-1), norm)
     if online.all():  # no offline group: no per-token KL term (kl may be None)
         return loss
-    offline_rows = (~online).repeat_interleave(rewards.shape[1]).to(kl.dtype)[:, None]  # [N, 1]
-    return loss + beta * reduce_tokens(kl * offline_rows, mask, norm)  # + beta sum_t KL_t(y_i)
-
-
-def consistency_loss(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """Sample form of the consistency loss 1/2 Var_nu[r_pi] (§3.1, the squared loss that enforces
-    Eq. 3's consistency of r_pi* across generations): mean over prompts of 1/2 s^2(r - beta h),
-    ddof 1, with the gradient flowing through h. rewards, h: [B, n]. Its
-    gradient is -beta x the off-policy AGRO estimate (docs/DERIVATIONS.md)."""
-    return 0.5 * (rewards - beta * h).var(-1, unbiased=True).mean()
-
-
-def micro_batch_loss(logprobs, mask, rewards, h, online, kl, args) -> torch.Tensor:
-    """The loss `--loss` names on one micro-batch: AGRO (Eq. 4 on offline groups, Eqs. 5-6 on
-    on-policy ones) or KL-PG.  logprobs, mask, kl: [N, T];  rewards, h: [B, n];  online: [B]."""
-    if args.loss == "klpg":
-        return klpg_loss(logprobs, mask, rewards, kl, args.beta, args.loss_norm, h, online)
-    rpi = regularised_rewards(rewards, h, args.beta)
-    w = agro_offpolicy_weights(rpi)  # Eq. 4 for offline groups (and the on-policy pathwise term)
-    if online.any() and args.lambda_lr != 0:
-        on = agro_onpolicy_weights(rpi, args.beta, args.lambda_lr, args.lr_baseline)  # Eqs. 5-6
-        w = torch.where(online[:, None], on, w)
-    return agro_loss(logprobs, mask, w.reshape(-1), args.loss_norm)
+    offline = (~online).repeat_interleave(rewards.shape[1]).to(kl.dtype)[:, None]  # [N, 1]
+    return loss + beta * reduce_tokens(kl * offline, mask, norm)  # + beta sum_t KL_t(y_i)
 
 
 # ---- Data: groups of n completions, sampled now from the policy or read from an offline file -----
@@ -277,16 +231,16 @@ def write_offline(path, problems, groups):
 
 
 def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
-    """(problem, n completions, n finished flags) from each row of an offline JSONL file: the
-    task's fields, "completions" (>= n strings) and optionally "finished" (booleans; false = cut
-    at the length limit, no EOS). Bad rows: ValueError naming the file and row."""
+    """(problem, n completions, n finished flags) from each record of an offline JSONL file: the
+    task's fields, "completions" (>= n strings), optionally "finished" (booleans; false: cut at
+    the length limit, no EOS). A bad record: ValueError naming the file and row."""
     rows = []
-    for i, row in enumerate(read_jsonl(path, "file"), 1):
+    for i, record in enumerate(read_jsonl(path, "file"), 1):
         try:
-            problem = task.problem_from_row(row)
+            problem = task.problem_from_row(record)
         except ValueError as e:
             raise ValueError(f"{path}: row {i}: {e}") from None
-        texts, finished = row.get("completions"), row.get("finished", [True] * n)
+        texts, finished = record.get("completions"), record.get("finished", [True] * n)
         for key, value, kind, what in (("completions", texts, str, f"at least {n} strings"),
                                        ("finished", finished, bool, f"{n} or more booleans")):
             if not (isinstance(value, list) and len(value) >= n
@@ -299,14 +253,15 @@ def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
 
 
 def sample_reference(engine, ref_model, pool, prompts, args, path: str) -> None:
-    """mu = pi_ref (§8.2): --group-size completions of --offline-prompts prompts, seeded."""
-    idx = np.random.default_rng([args.seed, 99]).choice(
+    """mu = pi_ref (§8.2): --group-size completions (T = 1) of --offline-prompts prompts, seeded"""
+    chosen = np.random.default_rng([args.seed, REFERENCE_STREAM]).choice(
         len(pool), min(args.offline_prompts, len(pool)), replace=False)
-    print(f"sampling {len(idx)} prompts x {args.group_size} from pi_ref into {path}", flush=True)
-    engine.sync(ref_model)
-    sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
-                               seed=args.seed)
-    write_offline(path, [pool[i] for i in idx], engine.generate([prompts[i] for i in idx], sc))
+    print(f"sampling {len(chosen)} prompts x {args.group_size} from pi_ref into {path}", flush=True)
+    engine.sync(ref_model)  # copies pi_ref's weights into the engine (main syncs pi's after)
+    config = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
+                                   seed=args.seed)
+    write_offline(path, [pool[i] for i in chosen],
+                  engine.generate([prompts[i] for i in chosen], config))
 
 
 def offline_groups(rows, task, reward, tokenizer, style) -> list[Group]:
@@ -319,35 +274,31 @@ def offline_groups(rows, task, reward, tokenizer, style) -> list[Group]:
             for (problem, texts, finished), prompt_ids in zip(rows, prompts)]
 
 
-def online_groups(args) -> int:
-    """On-policy groups a batch: round(f B)."""
-    return round(args.online_fraction * args.prompts)
-
-
 def sample_batch(engine, task, pool, prompts, offline, step, args) -> list[Group]:
     """round(f B) groups sampled now from pi (temperature 1, no top-p), then offline ones: epochs
     of seeded permutations of the offline set, a pure function of step (so --resume is exact)."""
     batch, n_online = [], online_groups(args)
     if n_online:
-        idx = np.random.default_rng([args.seed, step]).choice(len(pool), n_online, replace=False)
-        sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
-                                   temperature=1.0)
-        for i, g in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
-            batch.append(make_group(task, args.reward, pool[i], prompts[i], [s.ids for s in g],
-                                    [s.text for s in g], [s.logprobs for s in g]))
-    pos = step * (args.prompts - n_online)  # offline groups taken before this step
+        chosen = np.random.default_rng([args.seed, step]).choice(len(pool), n_online, replace=False)
+        config = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
+                                       temperature=1.0)
+        for i, samples in zip(chosen, engine.generate([prompts[i] for i in chosen], config)):
+            batch.append(make_group(task, args.reward, pool[i], prompts[i],
+                                    [s.ids for s in samples], [s.text for s in samples],
+                                    sampler_logprobs=[s.logprobs for s in samples]))
+    taken = step * (args.prompts - n_online)  # offline groups taken before this step
     while len(batch) < args.prompts:
-        epoch, offset = divmod(pos, len(offline))
-        order = np.random.default_rng([args.seed, 1234, epoch]).permutation(len(offline))
-        take = min(args.prompts - len(batch), len(offline) - offset)
-        batch.extend(offline[i] for i in order[offset:offset + take])
-        pos += take
+        epoch, offset = divmod(taken, len(offline))
+        order = np.random.default_rng([args.seed, OFFLINE_ORDER_STREAM, epoch]).permutation(
+            len(offline))
+        count = min(args.prompts - len(batch), len(offline) - offset)
+        batch.extend(offline[i] for i in order[offset:offset + count])
+        taken += count
     return batch
 
 
 # ---- One optimizer step --------------------------------------------------------------------------
-def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool,
-                         bf16: bool = False):
+def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool, bf16=False):
     """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
     per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
     out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl, bf16=bf16)
@@ -358,89 +309,106 @@ def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl
 
 
 def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, pad_id: int):
-    """One optimizer step of --loss on a batch (micro-batches, clip, warm-up); returns metrics."""
+    """One optimizer step of --loss on a batch, `step` steps taken before it; returns metrics."""
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     n_samples = len(batch) * args.group_size
     n_tokens = sum(len(c) for g in batch for c in g.completion_ids)
-    loss_sum, gap, h_on, h_off, kls = 0.0, 0.0, [], [], []
-    order = sorted(batch, key=lambda g: max(len(c) for c in g.completion_ids))  # similar lengths
-    for start in range(0, len(order), args.micro_batch):
-        mb = order[start:start + args.micro_batch]
-        prompts = [g.prompt_ids for g in mb for _ in range(args.group_size)]
-        completions = [c for g in mb for c in g.completion_ids]
-        r = torch.tensor([g.rewards for g in mb], device=device)  # [b, n]
-        online = torch.tensor([g.online for g in mb], device=device)  # [b]
+    loss_sum, seen = 0.0, []  # seen: what step_metrics reports, a tuple a micro-batch
+    by_length = sorted(batch, key=lambda g: max(len(c) for c in g.completion_ids))  # less padding
+    for first in range(0, len(by_length), args.micro_batch):
+        groups = by_length[first:first + args.micro_batch]
+        prompts = [g.prompt_ids for g in groups for _ in range(args.group_size)]
+        completions = [c for g in groups for c in g.completion_ids]
+        rewards = torch.tensor([g.rewards for g in groups], device=device)  # [b, n]
+        online = torch.tensor([g.online for g in groups], device=device)  # [b]
         with_kl = args.loss == "klpg" and not online.all()  # per-token KL on offline groups only
-        logprobs, ref_lp, mask, kl = policy_and_reference(model, ref_model, prompts, completions,
-                                                          pad_id, with_kl, args.bf16)
-        h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(r)  # [b, n] log pi - log pi_ref
-        share = (mask.sum().item() / n_tokens if args.loss_norm == "token"
+        logprobs, ref_logprobs, mask, kl = policy_and_reference(
+            model, ref_model, prompts, completions, pad_id, with_kl=with_kl, bf16=args.bf16)
+        h = log_ratio(logprobs.detach(), ref_logprobs, mask).view_as(rewards)  # [b, n]
+        if args.loss == "klpg":
+            loss = klpg_loss(logprobs, mask, rewards, kl, args.beta, norm=args.loss_norm, h=h,
+                             online=online)
+        else:
+            rpi = regularised_rewards(rewards, h, args.beta)  # §3.1
+            w = agro_offpolicy_weights(rpi)  # Eq. 4: offline groups (and the pathwise term)
+            if online.any() and args.lambda_lr != 0:  # Eqs. 5-6 on the on-policy groups
+                on = agro_onpolicy_weights(rpi, beta=args.beta, lambda_lr=args.lambda_lr,
+                                           lr_baseline=args.lr_baseline)
+                w = torch.where(online[:, None], on, w)
+            loss = agro_loss(logprobs, mask, w.reshape(-1), norm=args.loss_norm)
+        share = (mask.sum().item() / n_tokens if args.loss_norm == "token"  # of the batch's mean
                  else len(completions) / n_samples)
-        loss = micro_batch_loss(logprobs, mask, r, h, online, kl, args) * share
+        loss = loss * share
         loss.backward()
         loss_sum += loss.item()
-        h_on.append(h[online].reshape(-1))
-        h_off.append(h[~online].reshape(-1))
-        if kl is not None:
-            kls.append(kl.detach().sum(-1))
-        for j, g in enumerate(mb):  # on-policy groups: max |log pi - the engine's log-prob|
-            for k, lp in enumerate(g.sampler_logprobs or []):
-                diff = (logprobs[j * args.group_size + k, :len(lp)].detach()
-                        - torch.tensor(lp, device=device))
-                gap = max(gap, diff.abs().max().item())  # 0 if sampled from these very weights
+        seen.append((groups, logprobs.detach(), h, online, kl))
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
-        tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+    metrics = step_metrics(batch, seen, loss_sum, grad_norm, n_tokens, args.group_size, step)
+    for param_group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps
+        param_group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
+    optimizer.step()
+    model.eval()
+    return metrics
+
+
+def step_metrics(batch, seen, loss: float, grad_norm: float, n_tokens: int, n: int, step: int):
+    """agro_step's metrics, before the weights change (a nan or inf loss or gradient: exit 1). From
+    `seen` (a micro-batch's groups, log pi, h, online, token KL): the mean h by kind of group, the
+    token KL, and logprob_gap, max |log pi - the engine's log-prob|, 0 if sampled from pi itself"""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        tqdm.write(f"error: step {step + 1}: non-finite loss={loss} or grad_norm={grad_norm}; "
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
                    "--lr too large, or --beta / --lambda-lr against the rewards' scale",
                    file=sys.stderr)
         raise SystemExit(1)
-    for group in optimizer.param_groups:  # linear warm-up to --lr over --warmup steps
-        group["lr"] = args.lr * min(1.0, (step + 1) / max(args.warmup, 1))
-    optimizer.step()
-    model.eval()
-    grades = [gr for g in batch for gr in g.grades]
-    h_on, h_off = torch.cat(h_on), torch.cat(h_off)
-    row = {"loss": loss_sum, "reward": float(np.mean([g.rewards for g in batch])),
-           "accuracy": float(np.mean([gr == "correct" for gr in grades])),
-           "format_rate": float(np.mean([gr != "no_answer" for gr in grades])),
-           "length": n_tokens / n_samples, "grad_norm": grad_norm, "samples": n_samples}
+    grades = [grade for g in batch for grade in g.grades]
+    metrics = {"loss": loss, "reward": float(np.mean([g.rewards for g in batch])),
+               "accuracy": float(np.mean([grade == "correct" for grade in grades])),
+               "format_rate": float(np.mean([grade != "no_answer" for grade in grades])),
+               "length": n_tokens / (len(batch) * n), "grad_norm": grad_norm,
+               "samples": len(batch) * n}
+    gap = 0.0
+    for groups, logprobs, *_ in seen:
+        for j, group in enumerate(groups):
+            for k, engine_logprobs in enumerate(group.sampler_logprobs or []):
+                diff = (logprobs[j * n + k, :len(engine_logprobs)]
+                        - torch.tensor(engine_logprobs, device=logprobs.device))
+                gap = max(gap, diff.abs().max().item())
+    h_on = torch.cat([h[online].reshape(-1) for _, _, h, online, _ in seen])
+    h_off = torch.cat([h[~online].reshape(-1) for _, _, h, online, _ in seen])
     if len(h_on):  # on fresh policy samples, mean h estimates KL(pi || pi_ref)
-        on_grades = [gr for g in batch if g.online for gr in g.grades]
-        row.update(kl=h_on.mean().item(), logprob_gap=gap,
-                   online_accuracy=float(np.mean([gr == "correct" for gr in on_grades])))
+        on_grades = [grade for g in batch if g.online for grade in g.grades]
+        metrics.update(kl=h_on.mean().item(), logprob_gap=gap,
+                       online_accuracy=float(np.mean([grade == "correct" for grade in on_grades])))
     if len(h_off):  # mean h on the offline texts re-tokenised, not on mu's own tokens: near
-        row["h_offline_retokenised"] = h_off.mean().item()  # -KL(pi_ref || pi) when mu = pi_ref
-    if kls:
-        row["token_kl"] = torch.cat(kls).mean().item()
-    return row
+        metrics["h_offline_retokenised"] = h_off.mean().item()  # -KL(pi_ref || pi) if mu = pi_ref
+    if kls := [kl.detach().sum(-1) for _, _, _, _, kl in seen if kl is not None]:
+        metrics["token_kl"] = torch.cat(kls).mean().item()
+    return metrics
 
 
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
-    """Held-out metrics per size (tasks/scoring.py): greedy and --eval-k samples at T = 1 drawn
-    with seed 0 (every checkpoint meets the same draws); then KL(pi || pi_ref) = E_{y~pi} h(y) by
-    Monte Carlo: the mean of h over 4 samples (T = 1, seed 0) of 64 training prompts."""
-    model.eval()
+    """Held-out metrics per size (tasks/scoring.py): greedy and --eval-k samples at T = 1; then
+    kl_to_ref = E_pi h = KL(pi || pi_ref) by Monte Carlo: KL_SAMPLES a prompt, KL_PROMPTS prompts"""
     metrics = {}
     greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
-    sampled = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)
-    for n, (problems, prompts) in eval_sets.items():
-        for mode, sc in [("greedy", greedy), ("sampled", sampled)]:
-            groups = engine.generate(prompts, sc)
-            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
-    idx = np.random.default_rng([args.seed, 7]).choice(len(train_prompts),
-                                                        min(64, len(train_prompts)), replace=False)
-    groups = engine.generate([train_prompts[i] for i in idx],
-                             common.SamplingConfig(n=4, max_new_tokens=args.max_new_tokens, seed=0))
-    flat = [s for g in groups for s in g]
-    batch = ([s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id)
+    t_1 = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=EVAL_SEED)
+    for size, (problems, prompts) in eval_sets.items():
+        for decoding, config in [("greedy", greedy), ("sampled", t_1)]:
+            metrics.update(score(task, problems, engine.generate(prompts, config), mode=decoding,
+                                 reward_variant=args.reward, prefix=f"eval{size}/"))
+    chosen = np.random.default_rng([args.seed, KL_STREAM]).choice(
+        len(train_prompts), min(KL_PROMPTS, len(train_prompts)), replace=False)
+    config = common.SamplingConfig(n=KL_SAMPLES, max_new_tokens=args.max_new_tokens, seed=EVAL_SEED)
+    samples = [s for g in engine.generate([train_prompts[i] for i in chosen], config) for s in g]
     with torch.no_grad():
-        lp, mask = common.completion_logprobs(model, *batch, bf16=args.bf16)
-        ref_lp, _ = common.completion_logprobs(ref_model, *batch, bf16=args.bf16)
-    metrics["kl_to_ref"] = ((lp - ref_lp) * mask).sum(-1).mean().item()
+        logprobs, ref_logprobs, mask, _ = policy_and_reference(
+            model, ref_model, [s.prompt_ids for s in samples], [s.ids for s in samples],
+            engine.tokenizer.pad_token_id, with_kl=False, bf16=args.bf16)
+    metrics["kl_to_ref"] = log_ratio(logprobs, ref_logprobs, mask).mean().item()
     return metrics
 
 
@@ -450,7 +418,6 @@ def main(argv=None):
     run = Run(parser, args, keys={"model", "optimizer"})  # --resume, the run folder, checkpoint
     common.setup(args.seed, args.threads)
     n_online = online_groups(args)
-    samples_path = os.path.join(args.out, REFERENCE_SAMPLES)
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
         task = get_task(args.task)
@@ -472,10 +439,10 @@ def main(argv=None):
         if len(pool) < n_online:
             raise ValueError(f"{n_online} on-policy prompts a batch are more than the {len(pool)} "
                              "training problems")
-        rows = None  # a file's offline groups, read before a model is loaded (or sft.py run)
-        if n_online < args.prompts and args.offline_data:
-            rows = read_offline(args.offline_data, task, args.group_size)
+        offline_rows = (read_offline(args.offline_data, task, args.group_size)
+                        if args.offline_data else None)  # before a model loads: bad files fail fast
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        # --model None: the newest sft.py run of --task, and sft.py runs first if there is none
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
@@ -485,23 +452,22 @@ def main(argv=None):
         parser.error(str(e))
     style = common.prompt_style(model, tokenizer)
     prompts = common.encode_prompts(task, pool, tokenizer, style)
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in held_out.items()}
-    offline = None if rows is None else offline_groups(rows, task, args.reward, tokenizer, style)
+    eval_sets = {size: (problems, common.encode_prompts(task, problems, tokenizer, style))
+                 for size, problems in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     start = run.begin(model=model, optimizer=optimizer)  # 0, or the checkpoint's step
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
-    if n_online < args.prompts and offline is None:  # mu = pi_ref (§8.2), drawn once
+    if n_online < args.prompts and offline_rows is None:  # mu = pi_ref (§8.2), drawn once
+        samples_path = os.path.join(args.out, REFERENCE_SAMPLES)
         if not os.path.exists(samples_path):  # a resumed run reads the ones drawn before
             sample_reference(engine, ref_model, pool, prompts, args, samples_path)
-        rows = read_offline(samples_path, task, args.group_size)  # the tokens, re-read
-        offline = offline_groups(rows, task, args.reward, tokenizer, style)
-    engine.sync(model)  # the policy's weights (resumed, if so)
-    print(f"agro: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
-          f"{args.model_path}, engine {engine.name}, loss {args.loss}, B={args.prompts} "
-          f"({n_online} on-policy) n={args.group_size} beta={args.beta} lambda_LR={args.lambda_lr} "
-          f"run {args.out}")
+        offline_rows = read_offline(samples_path, task, args.group_size)  # the tokens, re-read
+    offline = offline_groups(offline_rows or [], task, args.reward, tokenizer, style)
+    engine.sync(model)  # copies the policy's weights (resumed, if so) into the generation engine
+    print(f"agro: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
+          f"engine {engine.name}, loss {args.loss}, B={args.prompts} ({n_online} on-policy) "
+          f"n={args.group_size} beta={args.beta} lambda_LR={args.lambda_lr} run {args.out}")
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     done = start  # optimizer steps taken
@@ -509,15 +475,15 @@ def main(argv=None):
                      leave=False):
         t0 = time.perf_counter()
         batch = sample_batch(engine, task, pool, prompts, offline, step, args)
-        t_gen = time.perf_counter() - t0
-        row = agro_step(model, ref_model, optimizer, batch, args, step, tokenizer.pad_token_id)
-        engine.sync(model)  # the next on-policy groups come from exactly these weights
+        t_generate = time.perf_counter() - t0
+        metrics = agro_step(model, ref_model, optimizer, batch, args, step, tokenizer.pad_token_id)
+        engine.sync(model)  # the new weights into the engine: the next groups come from them
         done = step + 1
-        row.update(time_generate=t_gen, time_step=time.perf_counter() - t0)
+        metrics.update(time_generate=t_generate, time_step=time.perf_counter() - t0)
         last = done == args.steps or time.monotonic() > run.deadline
         if done % args.eval_every == 0 or last:
-            row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-        run.log(done, row)
+            metrics.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
+        run.log(done, metrics)
         if done % args.save_every == 0 or last:
             run.checkpoint(done)
         if last:

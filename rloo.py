@@ -1,37 +1,17 @@
-"""rloo.py: REINFORCE Leave-One-Out, on-policy, with the sampler's weights synced after every step.
+"""rloo.py: REINFORCE Leave-One-Out, on-policy: fresh samples every step, weights synced after it.
 
-[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning", §3.5, Eqs. 2-3.
-[RLOO] Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
-       from Human Feedback in LLMs", arXiv:2402.14740.
-
-Maximise J(pi) = E_x [ E_{y~pi} r(x, y) - beta KL(pi(.|x) || pi_ref(.|x)) ]. For each prompt x
-draw k >= 2 samples y_1..y_k from the CURRENT policy at temperature 1 with no top-p/top-k (anything
-else is off-policy), score them, and
-
-    h_i  = log pi(y_i|x) - log pi_ref(y_i|x)               (per sequence; pi_ref: the --model)
-    R_i  = r(x, y_i) - beta * sg(h_i)                      (KL in the reward, [RLOO]; [CR]: beta=0)
-    A_i  = R_i - 1/(k-1) * sum_{j != i} R_j                ([CR] Eq. 2: leave-one-out baseline)
-    loss = -1/(B k) * sum_x sum_i sg(A_i) * log pi(y_i|x)  ([CR] Eq. 3, `--loss-norm seq`)
-
-The detached R gives the gradient of J itself: grad E_pi[h] = E_pi[h grad log pi] + E_pi[grad
-log pi], and the second term is 0. One optimizer step per batch of fresh samples (no PPO-style
-reuse), then the new weights go into the generation engine, so the next batch is sampled from
-exactly the weights being trained; `logprob_gap` (max |engine log-prob - trainer log-prob|)
-must stay near 0 to show it. The KL to pi_ref is logged as `kl_to_ref` at every evaluation, and as
-`kl` (mean h) at every step when beta > 0 (with beta = 0 the reference forward pass is skipped).
-
-A group whose k advantages are all 0 adds nothing to the gradient; rloo_step passes over it (no
-forward or backward pass) and still divides by the whole batch, so the estimate is Eq. 3's.
-
-Dynamic sampling (`--resample-uniform`, as in DAPO; off by default, as [CR] and [RLOO] are
-written): such groups dilute the batch mean, so they are set aside and further prompts drawn until
-the batch holds --prompts groups whose advantages can be non-zero. A group is set aside only when
-its R_i are all equal: its rewards r are equal and, with beta > 0, its k completions identical
-too. A group with equal r but different completions still carries the KL term -beta (h_i - mean h),
-and dropping it would bias the gradient of J; dropping groups with A = 0 only rescales it.
-
-Run:  python sft.py --task countdown && python rloo.py --task countdown     (CPU, minutes)
-      python rloo.py --model runs/sft-.../final --engine vllm               (GPU)
+[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning", §3.5
+[RLOO] Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
+       from Human Feedback in LLMs", 2024, arXiv:2402.14740
+[RLOO] KL in the reward: R_i = r_i - beta sg(h_i), h = log pi - log pi_ref  regularised_rewards
+[CR] Eq. 2 leave-one-out baseline (its R^_i is A_i here)                    rloo_advantages
+[CR] Eq. 3 surrogate -1/k sum_i sg(A_i) log pi(y_i|x) (its P is pi)         rloo_loss
+k samples per prompt at T = 1 from the current weights, one update, sync    draw_batch, rloo_step
+Departures: beta = 0 in [CR], an option here (--beta); k = 4 where [CR] §6.1 used 16
+  groups whose A_i are all 0 get no pass (has_signal); the loss still divides by the whole batch
+  lr: linear warm-up, then linear decay to 0 (TRL's; [CR] gives none for RLOO)  learning_rate
+  --resample-uniform: dynamic sampling as in DAPO, off by default
+Run: python rloo.py --task countdown  (CPU, minutes)     More: docs/PAPERS.md, sections [CR], [RLOO]
 """
 import argparse
 import json
@@ -39,7 +19,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -53,12 +32,12 @@ from tasks.scoring import score
 
 # Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
 MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
-# --resample-uniform: a further round draws this many times the prompts that the share of groups
-# with signal says are missing, the share taken as at least MIN_SHARE (at most 5x the missing).
+# --resample-uniform: a further round draws OVERDRAW x (prompts missing) / (share with signal so
+# far), a margin so that one more round mostly suffices; the share taken as >= MIN_SHARE (<= 5x).
 OVERDRAW, MIN_SHARE = 1.25, 0.25
-# KL(pi || pi_ref) at each evaluation: KL_SAMPLES samples (T = 1) of KL_PROMPTS training prompts,
-# from a random stream of its own (tag KL_STREAM; the batches draw from [seed, step]).
+# kl_to_ref: 256 sequences, a default batch; prompts drawn from [seed, KL_STREAM] (step 7's too)
 KL_PROMPTS, KL_SAMPLES, KL_STREAM = 64, 4, 7
+EVAL_SEED = 0  # every evaluation samples with the same random numbers: checkpoints compare fairly
 
 
 def parse_args(argv=None):
@@ -66,27 +45,22 @@ def parse_args(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
     # the estimator (Eqs. 2-3) and its optimisation
-    add("--steps", type=common.positive_int, default=240,
-        help="optimizer steps, one a batch; the lr decay's horizon; 240 end in 5 min on 2 cores")
+    add("--steps", type=common.positive_int, default=240, help="optimizer steps, 5 min on 2 cores")
     add("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
-    add("--group-size", type=common.positive_int, default=4, help="completions a prompt (k, >= 2)")
+    add("--group-size", type=common.positive_int, default=4, help="completions per prompt, k >= 2")
     add("--beta", type=common.nonnegative_float, default=0.0, help="KL penalty in R ([CR]: 0)")
-    add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
-        help="seq: sum over tokens, mean over sequences (Eq. 3)")
+    add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq", help="seq: as in Eq. 3")
     add("--reward", default=None, help="reward variant trained on; None: the task's first")
     add("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
-        help="draw more prompts until --prompts groups can have non-zero advantages (dynamic "
-             "sampling; module docstring)")
-    add("--max-draws", type=common.positive_int, default=4,
-        help="with --resample-uniform: generation rounds a step, at most")
-    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr; None: 6e-5 for "
-        "tiny, the largest that kept it stable, 1e-5 for a pretrained model (Qwen2.5-0.5B's RLOO "
-        "in the course's default project, cs224r-default-project-rloo)")
+        help="draw more prompts until --prompts groups have signal (dynamic sampling; has_signal)")
+    add("--max-draws", type=common.positive_int, default=4, help="resample rounds per step, max")
+    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr; None: 6e-5 for tiny "
+        "(the largest that kept it stable), 1e-5 pretrained (cs224r-default-project-rloo's)")
     add("--warmup", type=common.nonnegative_int, default=10,
         help="linear lr warm-up steps: Adam's first updates, ~lr*sign(g), come from noisy batches")
     add("--lr-schedule", choices=["linear", "constant"], default="linear",
         help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
-    add("--micro-batch", type=common.positive_int, default=8, help="groups a pass (memory, speed)")
+    add("--micro-batch", type=common.positive_int, default=8, help="groups per pass (memory)")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
     add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
@@ -96,15 +70,15 @@ def parse_args(argv=None):
         "`tiny` (built in, untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the "
         "newest sft.py run of --task); None: that run, made first by sft.py if none")
     add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems per size")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
+    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens per completion; "
         "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
         help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
-    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
+    add("--eval-size", type=common.positive_int, default=200, help="held-out problems per size")
+    add("--eval-k", type=common.positive_int, default=8, help="held-out samples per problem, T = 1")
     add("--eval-every", type=common.positive_int, default=50, help="evaluate every N steps")
     # the run
     add("--out", default=None, help="run folder; None: runs/rloo-TASK-TIME")
@@ -119,33 +93,27 @@ def parse_args(argv=None):
 
 # ---- The estimator: pure functions ---------------------------------------------------------------
 def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """R = r - beta * sg(h), the KL-regularised reward.  rewards, h: [B, k]  ->  R: [B, k]."""
+    """R = r - beta * sg(h), the KL-regularised reward ([RLOO]).  rewards, h: [B, k] -> R [B, k]."""
     return rewards - beta * h.detach()
 
 
 def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """Leave-one-out advantages, [CR] Eq. 2.  rewards: [B, k]  ->  A: [B, k].
-
-    A_i = R_i - mean_{j != i} R_j = k/(k-1) * (R_i - mean_j R_j); each group's A sums to 0. A
-    sample's own reward is never in its baseline (that would shrink the estimate by (k-1)/k).
-    ValueError for k < 2: a lone sample has no other reward to form its baseline."""
+    """Leave-one-out advantages, [CR] Eq. 2: A_i = R_i - mean_{j != i} R_j.  R: [B, k] -> A: [B, k].
+    A sample's own reward is never in its baseline (that would shrink the estimate by (k-1)/k);
+    each group's A sums to 0. ValueError for k < 2: a lone sample has no other reward to compare."""
     k = rewards.shape[-1]
     if k < 2:
         raise ValueError("RLOO needs k >= 2 samples per prompt")
-    # R_i - (sum_j R_j - R_i)/(k-1), written in the centred form, which sums to 0 more exactly
+    # = k/(k-1) * (R_i - mean_j R_j): the centred form sums to 0 more exactly
     return k / (k - 1) * (rewards - rewards.mean(-1, keepdim=True))
 
 
 def rloo_loss(logprobs: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
               norm: str = "seq") -> torch.Tensor:
     """Policy-gradient surrogate, [CR] Eq. 3: -mean_i sg(A_i) * log pi(y_i|x).
-
-    logprobs:   [N, T] per-token log pi(y_t | x, y_<t), with gradient; 0 on padding
-    mask:       [N, T] 1 on completion tokens (EOS included)
-    advantages: [N]    A_i (detached here)
-    norm: "seq" sum over tokens, mean over sequences (the paper); "seq/len" each sum divided by its
-          length; "token" sum of A_i * log-prob over all tokens divided by the number of tokens.
-    """
+    logprobs: [N, T] log pi(y_t | x, y_<t), 0 on padding; mask: [N, T] 1 on completion tokens (EOS
+    included); advantages: [N] A_i. norm: "seq" sum over tokens, mean over sequences (Eq. 3);
+    "seq/len" each sum over its length; "token" sum of A_i * log-prob over the number of tokens."""
     adv = advantages.detach()
     if norm == "token":
         return -(adv[:, None] * logprobs * mask).sum() / mask.sum()
@@ -158,15 +126,11 @@ def rloo_loss(logprobs: torch.Tensor, mask: torch.Tensor, advantages: torch.Tens
 
 
 def has_signal(rewards, completions, beta: float) -> bool:
-    """Whether a group's advantages can be non-zero (dynamic sampling keeps exactly these groups).
-
-    rewards: k floats r_i; completions: k token-id sequences. With beta > 0 the advantages come
-    from R_i = r_i - beta h_i: all equal if the r_i are equal and the completions identical (h is a
-    function of the completion), and with different completions in general not.
-    """
-    if max(rewards) > min(rewards):
-        return True
-    return beta != 0 and len({tuple(c) for c in completions}) > 1
+    """Whether a group's advantages A_i can be non-zero (rewards: k floats r_i; completions: k
+    token-id lists). They are all 0 when the R_i are: equal r_i and, with beta > 0, identical
+    completions (different ones keep the KL term -beta (h_i - mean h)). Such a group adds nothing
+    to the gradient: rloo_step gives it no pass, --resample-uniform sets it aside."""
+    return max(rewards) > min(rewards) or (beta != 0 and len({tuple(c) for c in completions}) > 1)
 
 
 # ---- Sampling ------------------------------------------------------------------------------------
@@ -177,34 +141,27 @@ class Group(NamedTuple):
     rewards: list[float]   # [k]
 
 
-@dataclass
-class Batch:
+class Batch(NamedTuple):
     groups: list[Group]    # --prompts groups
-    signal_share: float    # share of the groups drawn whose advantages can be non-zero
+    signal_share: float    # share of the groups drawn that have signal (has_signal)
     generated: int         # completions generated for this batch (all rounds)
 
 
 def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
-    """Sample k completions for --prompts prompts (fresh draws of prompts, seeded by step).
-
-    With --resample-uniform, groups without signal (has_signal) are set aside and further prompts
-    are drawn, up to --max-draws rounds, until --prompts groups carry one; each further round draws
-    only as many prompts as the share of signal seen so far says are missing (plus a quarter). If
-    there are still too few, the batch is topped up with the groups set aside (zero gradient).
-    """
+    """k completions of each of --prompts prompts, drawn afresh with the seed [seed, step]. With
+    --resample-uniform, groups without signal are set aside and more prompts drawn (OVERDRAW), up
+    to --max-draws rounds; if there are still too few, those set aside fill the batch."""
     rng = np.random.default_rng([args.seed, step])
-    sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
-                               temperature=1.0)
+    on_policy = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
+                                      temperature=1.0)  # no top-p/top-k: samples of pi itself
     kept, set_aside, drawn, with_signal = [], [], 0, 0
     for _ in range(args.max_draws if args.resample_uniform else 1):
-        missing = args.prompts - len(kept)
         share = len(kept) / drawn if drawn else 1.0  # of the groups drawn so far, those with signal
-        m = args.prompts if drawn == 0 else min(args.prompts,
-                                                 math.ceil(OVERDRAW * missing
-                                                           / max(share, MIN_SHARE)))
-        idx = rng.choice(len(pool), m, replace=False)
-        drawn += len(idx)
-        for i, samples in zip(idx, engine.generate([prompts[i] for i in idx], sc)):
+        n_new = args.prompts if drawn == 0 else min(args.prompts, math.ceil(
+            OVERDRAW * (args.prompts - len(kept)) / max(share, MIN_SHARE)))
+        chosen = rng.choice(len(pool), n_new, replace=False)
+        drawn += len(chosen)
+        for i, samples in zip(chosen, engine.generate([prompts[i] for i in chosen], on_policy)):
             rewards = [task.reward(pool[i], s.text, args.reward) for s in samples]
             signal = has_signal(rewards, [s.ids for s in samples], args.beta)
             with_signal += signal
@@ -218,76 +175,74 @@ def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
 # ---- One optimizer step --------------------------------------------------------------------------
 def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: int,
               step: int) -> dict:
-    """One RLOO update on a batch of groups (Eqs. 2-3, KL in the reward); returns its metrics.
-
-    args: k, beta, loss_norm, micro_batch, clip, lr, warmup, lr_schedule, steps. Stops the run
-    (exit 1) before the optimizer touches the weights if the loss or the gradient norm is not
-    finite, so the last checkpoint stays the last good state.
-    """
-    device = next(model.parameters()).device
+    """One RLOO update ([CR] Eqs. 2-3, the KL in the reward) after `step` updates; its metrics."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     samples = [s for g in groups for s in g.samples]
     n_samples, n_tokens = len(samples), sum(len(s.ids) for s in samples)
-    loss_sum, h_all, logprob_gap = 0.0, [], 0.0
-    # A group whose advantages are all 0 adds nothing to the gradient: no pass through it (the
-    # loss is still divided by the whole batch, so the gradient is the same as with it).
+    loss_sum, h_seen, logprob_gap = 0.0, [], 0.0
     trained = [g for g in groups if has_signal(g.rewards, [s.ids for s in g.samples], args.beta)]
-    # micro-batches of whole groups, sorted by length: each pads to its own longest completion
-    by_length = sorted(trained, key=lambda g: max(len(s.ids) for s in g.samples))
-    for start in range(0, len(trained), args.micro_batch):
-        mb = by_length[start:start + args.micro_batch]
-        flat = [s for g in mb for s in g.samples]
-        prompts, completions = [s.prompt_ids for s in flat], [s.ids for s in flat]
-        r = torch.tensor([g.rewards for g in mb], dtype=torch.float32, device=device)  # [b, k]
-        logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id,
-                                                    bf16=args.bf16)  # [b*k, T]
-        with torch.no_grad():
-            engine_lp = torch.zeros_like(mask)
-            for i, s in enumerate(flat):
-                engine_lp[i, :len(s.ids)] = torch.tensor(s.logprobs, device=device)
-            gap = ((engine_lp - logprobs.detach()).abs() * mask).max().item()
-            logprob_gap = max(logprob_gap, gap)
-            if args.beta:  # with beta = 0 only evaluate() measures the KL
-                ref_lp, _ = common.completion_logprobs(ref_model, prompts, completions, pad_id,
-                                                       bf16=args.bf16)
-                h = ((logprobs.detach() - ref_lp) * mask).sum(-1).view_as(r)  # [b, k]
-                h_all.append(h.view(-1))
-                r = regularised_rewards(r, h, args.beta)
-        advantages = rloo_advantages(r).view(-1)  # [b*k], Eq. 2
-        # weight each micro-batch by its share, so the sum is the loss of the whole batch (Eq. 3)
+    by_length = sorted(trained, key=lambda g: max(len(s.ids) for s in g.samples))  # pads less
+    for start in range(0, len(trained), args.micro_batch):  # micro-batches of whole groups
+        micro = by_length[start:start + args.micro_batch]
+        flat = [s for g in micro for s in g.samples]
+        inputs = [s.prompt_ids for s in flat], [s.ids for s in flat], pad_id
+        logprobs, mask = common.completion_logprobs(model, *inputs, bf16=args.bf16)  # [b*k, T]
+        r = torch.tensor([g.rewards for g in micro], dtype=torch.float32, device=mask.device)
+        logprob_gap = max(logprob_gap, sampler_gap(flat, logprobs, mask))
+        R = r  # beta = 0 ([CR]): no pass through pi_ref here, evaluate() alone measures the KL
+        if args.beta:  # [RLOO]: R_i = r_i - beta sg(h_i)
+            h = log_ratio_to_ref(ref_model, logprobs, mask, inputs, args.bf16).view_as(r)  # [b, k]
+            h_seen.append(h.view(-1))
+            R = regularised_rewards(r, h, args.beta)
+        advantages = rloo_advantages(R).view(-1)  # [b*k], Eq. 2
+        # Eq. 3 over the whole batch: each micro-batch's loss weighted by its share of the batch
         share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(flat) / n_samples
         loss = rloo_loss(logprobs, mask, advantages, args.loss_norm) * share
         loss.backward()
         loss_sum += loss.item()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+    if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
         tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
                    "too high --lr, or --beta", file=sys.stderr)
         raise SystemExit(1)
-    for group in optimizer.param_groups:
-        group["lr"] = learning_rate(step, args)
+    optimizer.param_groups[0]["lr"] = learning_rate(step, args)  # AdamW's one group of weights
     optimizer.step()
     model.eval()
     metrics = {"loss": loss_sum, "length": n_tokens / n_samples, "logprob_gap": logprob_gap,
                "grad_norm": grad_norm, "trained_share": len(trained) / len(groups)}
-    if h_all:
-        metrics["kl"] = torch.cat(h_all).mean().item()
+    if h_seen:
+        metrics["kl"] = torch.cat(h_seen).mean().item()
     return metrics
+
+
+def log_ratio_to_ref(ref_model, logprobs, mask, inputs, bf16: bool) -> torch.Tensor:
+    """h = log pi(y|x) - log pi_ref(y|x) per sequence [N]; logprobs, mask: pi's [N, T] on inputs."""
+    with torch.no_grad():
+        ref_lp, _ = common.completion_logprobs(ref_model, *inputs, bf16=bf16)
+    return ((logprobs.detach() - ref_lp) * mask).sum(-1)
+
+
+def sampler_gap(samples, logprobs: torch.Tensor, mask: torch.Tensor) -> float:
+    """max |the engine's log-prob - the trainer's| over the tokens of `samples` ([N, T] like
+    logprobs): about 0 when the engine samples from exactly the weights trained (on-policy)."""
+    engine_lp = torch.zeros_like(mask)
+    for i, s in enumerate(samples):
+        engine_lp[i, :len(s.ids)] = torch.tensor(s.logprobs, device=mask.device)
+    return ((engine_lp - logprobs.detach()).abs() * mask).max().item()
 
 
 def learning_rate(step: int, args) -> float:
     """The lr of optimizer step `step` (0-based): linear warm-up to --lr over --warmup steps, then
-    constant, or (--lr-schedule linear) a straight line that would reach 0 at step --steps, so the
-    last step (--steps - 1) gets --lr / (--steps - --warmup). Not part of the estimator (Eq. 3)."""
+    constant or (--lr-schedule linear) a line to 0 at step --steps, not reached (the last: > 0)."""
     warm = min(1.0, (step + 1) / max(args.warmup, 1))
     if args.lr_schedule == "constant":
         return args.lr * warm
     return args.lr * min(warm, (args.steps - step) / max(args.steps - args.warmup, 1))
 
 
-def batch_metrics(task, batch: Batch, args) -> dict:
+def batch_metrics(task, batch: Batch) -> dict:
     """Reward and grades of the batch's own samples, and how it was drawn."""
     grades = [task.grade(g.problem, s.text) for g in batch.groups for s in g.samples]
     return {"reward": float(np.mean([r for g in batch.groups for r in g.rewards])),
@@ -300,27 +255,26 @@ def batch_metrics(task, batch: Batch, args) -> dict:
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
     """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
-    completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
-    meets the same random numbers; then KL(pi || pi_ref) per sequence, by Monte Carlo: the mean of
-    log pi(y|x) - log pi_ref(y|x) over 4 samples (T = 1, seed 0) of 64 training prompts."""
+    completion and --eval-k at T = 1 per problem; then kl_to_ref, KL(pi || pi_ref) per sequence
+    by Monte Carlo: the mean h over KL_SAMPLES samples (T = 1) of KL_PROMPTS training prompts."""
     model.eval()
     metrics = {}
     greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
-    sampled = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)
-    for n, (problems, prompts) in eval_sets.items():
-        for mode, sc in [("greedy", greedy), ("sampled", sampled)]:
-            groups = engine.generate(prompts, sc)
-            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
-    idx = np.random.default_rng([args.seed, KL_STREAM]).choice(
+    t_1 = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=EVAL_SEED)
+    for size, (problems, prompts) in eval_sets.items():
+        for mode, sampling in [("greedy", greedy), ("sampled", t_1)]:
+            groups = engine.generate(prompts, sampling)
+            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{size}/"))
+    chosen = np.random.default_rng([args.seed, KL_STREAM]).choice(
         len(train_prompts), min(KL_PROMPTS, len(train_prompts)), replace=False)
-    groups = engine.generate([train_prompts[i] for i in idx], common.SamplingConfig(
-        n=KL_SAMPLES, max_new_tokens=args.max_new_tokens, seed=0))
+    groups = engine.generate([train_prompts[i] for i in chosen], common.SamplingConfig(
+        n=KL_SAMPLES, max_new_tokens=args.max_new_tokens, seed=EVAL_SEED))
     flat = [s for g in groups for s in g]
-    batch = ([s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id)
+    inputs = [s.prompt_ids for s in flat], [s.ids for s in flat], engine.tokenizer.pad_token_id
     with torch.no_grad():
-        lp, mask = common.completion_logprobs(model, *batch, bf16=args.bf16)
-        ref_lp, _ = common.completion_logprobs(ref_model, *batch, bf16=args.bf16)
-    metrics["kl_to_ref"] = ((lp - ref_lp) * mask).sum(-1).mean().item()
+        logprobs, mask = common.completion_logprobs(model, *inputs, bf16=args.bf16)
+    h = log_ratio_to_ref(ref_model, logprobs, mask, inputs, args.bf16)  # [KL_PROMPTS * KL_SAMPLES]
+    metrics["kl_to_ref"] = h.mean().item()
     return metrics
 
 
@@ -329,8 +283,7 @@ def main(argv=None):
     parser, args = parse_args(argv)
     run = Run(parser, args, keys={"model", "optimizer"})  # --resume, the run folder, checkpoint
     common.setup(args.seed, args.threads)
-    # Every input is checked before anything long starts: bad input is one line and exit 2.
-    try:
+    try:  # every input is checked before anything long starts: bad input is one line and exit 2
         if args.group_size < 2:
             raise ValueError(f"--group-size must be at least 2 for leave-one-out, got "
                              f"{args.group_size}")
@@ -346,6 +299,7 @@ def main(argv=None):
             raise ValueError(f"--prompts {args.prompts} is more than the {len(pool)} training "
                              "problems")
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        # --model None or `sft`: the newest sft.py run of --task, trained first if there is none
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
@@ -355,16 +309,16 @@ def main(argv=None):
         parser.error(str(e))
     style = common.prompt_style(model, tokenizer)
     prompts = common.encode_prompts(task, pool, tokenizer, style)
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in held_out.items()}
+    eval_sets = {size: (problems, common.encode_prompts(task, problems, tokenizer, style))
+                 for size, problems in held_out.items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     start = run.begin(model=model, optimizer=optimizer)  # 0, or the checkpoint's step
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
-    engine.sync(model)  # the resumed weights, if any
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"rloo: {n_params / 1e6:.2f}M parameters from {args.model_path}, engine {engine.name}, "
-          f"B={args.prompts} k={args.group_size} beta={args.beta}, run {args.out}")
+    engine.sync(model)  # copies the weights (resumed, if any) into the generation engine
+    print(f"rloo: {common.count_parameters(model) / 1e6:.2f}M parameters from {args.model_path}, "
+          f"engine {engine.name}, B={args.prompts} k={args.group_size} beta={args.beta}, "
+          f"run {args.out}")
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
     done = start  # optimizer steps taken
@@ -373,17 +327,17 @@ def main(argv=None):
         t0 = time.perf_counter()
         batch = draw_batch(engine, task, pool, prompts, step, args)
         t_gen = time.perf_counter() - t0
-        row = rloo_step(model, ref_model, optimizer, batch.groups, args,
-                        tokenizer.pad_token_id, step)  # Eqs. 2-3
+        metrics = rloo_step(model, ref_model, optimizer, batch.groups, args,
+                            pad_id=tokenizer.pad_token_id, step=step)
         t_sync = time.perf_counter()
-        engine.sync(model)  # the next batch is sampled from exactly these weights
+        engine.sync(model)  # copies the new weights into the engine: the next batch samples pi
         done = step + 1
-        row.update(batch_metrics(task, batch, args), time_generate=t_gen,
-                   time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
+        metrics.update(batch_metrics(task, batch), time_generate=t_gen,
+                       time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
         last = done == args.steps or time.monotonic() > run.deadline
         if done % args.eval_every == 0 or last:
-            row.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-        run.log(done, row)
+            metrics.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
+        run.log(done, metrics)
         if done % args.save_every == 0 or last:
             run.checkpoint(done)
         if last:

@@ -1,23 +1,16 @@
 """sft.py: supervised fine-tuning, the warm start every RL script begins from.
 
-[CR] the course report "Off-Policy Finetuning for LLM Math Reasoning", §3.4, Eq. 1, and §4.4.
-
-    L_SFT = -(1/N) sum_i log P(y_i | x_i)                                       ([CR] Eq. 1)
-
-the negative log-likelihood of the completion tokens only (prompt and padding are masked out), with
-the EOS token appended to every completion so that the model learns to stop (a completion cut at
---max-len loses it). Warm-up then cosine decay, gradient clipping at 1.0 and gradient accumulation
-as in [CR] §4.4; the optimizer, AdamW, is ours ([CR] names none).
-
-Data: the task solver's demonstrations (Countdown: "<answer>(45-12)+3</answer>", with --demo-steps
-"45-12=33,33+3=36 <answer>(45-12)+3</answer>"), or --data, a JSONL file or hub dataset of rows with
-the task's problem fields (`task.FIELDS`) and a "completion". The prompt x is built from the
-problem as the RL scripts build it (common.encode_prompts), so that they condition on the same
-token ids; a row's own "prompt"/"query" text is not used (the run counts those that differ).
-
-Run:  python sft.py --task countdown          (tiny model: 700 steps in 7:08 on 2 CPU cores)
-      python sft.py --model Qwen/Qwen2.5-0.5B-Instruct --lr 1e-5 --warmup 500 --batch-size 32 ...
-The model in RUN/final is what rloo.py, topr.py, agro.py and spo.py take as --model.
+[CR] course report "Off-Policy Finetuning for LLM Math Reasoning", §3.4 and §4.4
+Eq. 1  L_SFT = -(1/N) sum_i log P(y_i | x_i)     sft_loss (x: Example.prompt, y: .completion)
+§4.4   warm-up, then cosine decay; gradient clip 1.0 and accumulation   lr_lambda, sft_step
+Data: the task solver's demonstrations, or --data (rows of problem fields and a "completion").
+Departures: the default loss is a mean over completion tokens; Eq. 1 as written: --loss-norm seq.
+  EOS is appended to every completion, so that the model learns to stop.
+  The prompt x is built from the problem as the RL scripts build it, never taken from --data.
+  AdamW is ours: [CR] names no optimizer.
+  50 warm-up steps (of 700) where [CR] has 500: the tiny model's run is shorter.
+Run: python sft.py --task countdown   (tiny model: 700 steps in 7:08 on 2 CPU cores); its
+RUN/final is the --model of rloo.py, topr.py, agro.py and spo.py. More: docs/PAPERS.md, [CR].
 """
 import argparse
 import inspect
@@ -38,11 +31,14 @@ from tasks.files import read_jsonl
 from tasks.scoring import score
 
 
+# ---- Settings ------------------------------------------------------------------------------------
 # Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
 MODEL_DEFAULTS = {"lr": (2e-3, 2e-5), "max_new_tokens": (64, 512)}
+EVAL_SEED = 0  # the T = 1 evaluation samples' seed: every checkpoint meets the same random numbers
 
 
 def parse_args(argv=None):
+    """(parser, args): a flag left at None is derived in main(), from the task or the model."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
@@ -51,12 +47,12 @@ def parse_args(argv=None):
     add("--batch-size", type=common.positive_int, default=64, help="sequences (prompt and "
         "completion) a step; 64 and --lr 2e-3: the tiny model learns by steps, not examples")
     add("--grad-accum", type=common.positive_int, default=1,
-        help="micro-batches a batch is split into: the same maths in less memory")
+        help="micro-batches a step: the same gradient in less memory")
     add("--lr", type=common.positive_float, default=None, help="AdamW peak lr, then cosine "
         "decay; None: 2e-3 for tiny, 2e-5 for a pretrained model (TRL SFTConfig's; [CR]: none)")
     add("--warmup", type=common.nonnegative_int, default=50, help="linear warm-up ([CR]: 500)")
     add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
+    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip ([CR] §4.4)")
     add("--loss-norm", choices=["token", "seq"], default="token",
         help="token: mean over completion tokens (HF's); seq: Eq. 1 as written")
     add("--max-len", type=common.positive_int, default=1024,
@@ -128,46 +124,44 @@ class Example(NamedTuple):
 
 def encode_examples(task, problems, completions, tokenizer, style, max_len) -> list[Example]:
     """Token ids of each (problem, completion text); a prompt longer than max_len drops its pair."""
-    out = []
-    for ids, text in zip(common.encode_prompts(task, problems, tokenizer, style), completions):
-        c = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        if len(ids) < max_len:  # never cut a prompt
-            out.append(Example(ids, c[:max_len - len(ids)]))
-    if not out:
+    eos = [tokenizer.eos_token_id]  # appended to every completion: the model learns to stop
+    examples = []
+    for prompt, text in zip(common.encode_prompts(task, problems, tokenizer, style), completions):
+        completion = tokenizer(text, add_special_tokens=False)["input_ids"] + eos
+        if len(prompt) < max_len:  # never cut a prompt
+            examples.append(Example(prompt, completion[:max_len - len(prompt)]))
+    if not examples:
         raise ValueError(f"no example fits in --max-len {max_len}")
-    return out
+    return examples
 
 
-def task_demonstrations(task, sizes, per_size, seed, steps=False):
-    """(problems, completion texts) from the task's solver; `steps` (--demo-steps) needs a task
-    whose demonstration() takes the optional keyword `steps`."""
-    if steps and "steps" not in inspect.signature(task.demonstration).parameters:
+def task_demonstrations(task, sizes, per_size, seed, show_steps=False):
+    """(problems, completion texts) from the task's solver; `show_steps` (--demo-steps) needs a
+    task whose demonstration() takes the optional keyword `steps`."""
+    if show_steps and "steps" not in inspect.signature(task.demonstration).parameters:
         raise ValueError(f"--demo-steps: task {task.NAME}'s demonstration() has no steps=")
     problems = [p for n in sizes for p in task.get_problems("train", per_size, size=n, seed=seed)]
-    demos = [(p, task.demonstration(p, steps=True) if steps else task.demonstration(p))
-             for p in problems]
+    demos = [(p, task.demonstration(p, steps=True) if show_steps else task.demonstration(p))
+             for p in problems]  # None: the solver found no solution
     return [p for p, d in demos if d is not None], [d for _, d in demos if d is not None]
 
 
-def data_rows(source: str) -> list[dict]:
-    """The rows of a JSONL file or a hub dataset; ValueError naming the file (and line)."""
+def read_data(task, source: str):
+    """(problems, completion texts, the rows' own prompt texts or None) of --data, a JSONL file or
+    a hub dataset; ValueError naming the file (and line) or the example that is not one."""
     if source.endswith(".jsonl") or os.path.exists(source) or not HUB_ID.match(source):
-        return read_jsonl(source, "data file")
-    try:
-        import datasets
-        return list(datasets.load_dataset(source, split="train"))
-    except Exception as e:  # no `datasets`, no hub, no such dataset: one line
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(f"could not load hub dataset {source} (needs `datasets` and the hub): "
-                         f"{first}") from None
-
-
-def data_examples(task, rows: list[dict], source: str):
-    """(problems, completion texts, the rows' own prompt texts or None) of --data rows; ValueError
-    naming the example that is not one."""
+        rows = read_jsonl(source, "data file")
+    else:
+        try:
+            import datasets
+            rows = list(datasets.load_dataset(source, split="train"))
+        except Exception as e:  # no `datasets`, no hub, no such dataset: one line
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(f"could not load hub dataset {source} (needs `datasets` and the "
+                             f"hub): {first}") from None
     if not rows:
         raise ValueError(f"{source} holds no examples")
-    problems, completions, given = [], [], []
+    problems, completions, given_prompts = [], [], []
     for i, row in enumerate(rows, 1):
         try:
             problem = task.problem_from_row(row)
@@ -178,59 +172,62 @@ def data_examples(task, rows: list[dict], source: str):
             raise ValueError(f"{source}: example {i}: needs a string field 'completion'")
         problems.append(problem)
         completions.append(row["completion"])
-        given.append(row.get("prompt", row.get("query")))
-    return problems, completions, given
+        given_prompts.append(row.get("prompt", row.get("query")))
+    return problems, completions, given_prompts
 
 
 # ---- One optimizer step --------------------------------------------------------------------------
 def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: int,
              step: int) -> dict:
-    """One optimizer step of Eq. 1 on `batch` (in --grad-accum micro-batches); returns its metrics.
-    Stops (exit status 1) before the weights move if the loss or the gradient norm is not finite."""
+    """One optimizer step of Eq. 1 on `batch` (in --grad-accum micro-batches); its metrics.
+    `step`: the optimizer steps already taken (0 on the first call)."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sum(len(ex.completion) for ex in batch)
-    total = 0.0
+    batch_loss = 0.0
     # at most one micro-batch an example: none is empty
     for micro in np.array_split(np.arange(len(batch)), min(args.grad_accum, len(batch))):
         prompts = [batch[i].prompt for i in micro]
         completions = [batch[i].completion for i in micro]
         logprobs, mask = common.completion_logprobs(model, prompts, completions, pad_id,
-                                                    bf16=args.bf16)
-        loss = sft_loss(logprobs, mask, args.loss_norm)
+                                                    bf16=args.bf16)  # log P(y_t | x, y_<t)
+        loss = sft_loss(logprobs, mask, norm=args.loss_norm)  # Eq. 1
         # weight each micro-batch by its share, so the sum equals the loss of the whole batch
         share = (mask.sum().item() / n_tokens if args.loss_norm == "token"
                  else len(micro) / len(batch))
         (loss * share).backward()
-        total += loss.item() * share
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
-    if not (math.isfinite(total) and math.isfinite(grad_norm)):  # stop before the weights move
-        tqdm.write(f"error: step {step + 1}: non-finite loss={total} or grad_norm={grad_norm}; "
+        batch_loss += loss.item() * share
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()  # §4.4
+    stop_if_not_finite(step, batch_loss, grad_norm)
+    optimizer.step()
+    scheduler.step()  # the next step's lr: lr_lambda
+    return {"loss": batch_loss, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+
+
+def stop_if_not_finite(step: int, loss: float, grad_norm: float) -> None:
+    """Exit status 1 and one line, before the weights move, if loss or gradient norm is nan/inf."""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        tqdm.write(f"error: step {step + 1}: non-finite loss={loss} or grad_norm={grad_norm}; "
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
                    "too high --lr", file=sys.stderr)
         raise SystemExit(1)
-    optimizer.step()
-    scheduler.step()
-    return {"loss": total, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
 
 
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, task, eval_sets, args, sampled: bool) -> dict:
     """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
-    completion a problem and, when `sampled` (the last evaluation), --eval-k samples at T = 1 drawn
-    with seed 0, so that every checkpoint meets the same random numbers."""
+    completion a problem and, when `sampled`, --eval-k samples at T = 1 drawn with EVAL_SEED."""
     model.eval()
-    engine.sync(model)  # the trained weights copied into the engine (vLLM; hf/kv share them)
+    engine.sync(model)  # copies the trained weights into the engine (vLLM; hf and kv share them)
+    greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
+    t_1 = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=EVAL_SEED)
+    modes = [("greedy", greedy)] + ([("sampled", t_1)] if sampled and args.eval_k else [])
     metrics = {}
-    for n, (problems, prompts) in eval_sets.items():
-        configs = [("greedy", common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens,
-                                                    temperature=0.0))]
-        if sampled and args.eval_k:
-            configs.append(("sampled", common.SamplingConfig(
-                n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=0)))
-        for mode, sc in configs:
-            groups = engine.generate(prompts, sc)
-            metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{n}/"))
+    for size, (problems, prompts) in eval_sets.items():
+        for mode, sampling in modes:
+            groups = engine.generate(prompts, sampling)
+            metrics.update(score(task, problems, groups, mode=mode, reward_variant=args.reward,
+                                 prefix=f"eval{size}/"))
     return metrics
 
 
@@ -238,22 +235,24 @@ def evaluate(engine, model, task, eval_sets, args, sampled: bool) -> dict:
 def main(argv=None):
     parser, args = parse_args(argv)
     run = Run(parser, args, keys={"model", "optimizer", "scheduler"})  # --resume, folder, state
-    common.setup(args.seed, args.threads)
+    common.setup(args.seed, args.threads)  # seeds python, numpy and torch; torch's CPU threads
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
         task = get_task(args.task)
+        # the flags left at None that the task decides (--lr, --max-new-tokens: the model, below)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
+        args.sizes = args.sizes or task.SIZES
+        args.eval_sizes = args.eval_sizes or task.SIZES
         if args.reward not in task.REWARD_VARIANTS:
             raise ValueError(f"unknown --reward {args.reward!r}; choose from "
                              f"{', '.join(task.REWARD_VARIANTS)}")
-        rows = data_rows(args.data) if args.data else None
-        if rows is not None:
-            problems, completions, given = data_examples(task, rows, args.data)
+        if args.data:
+            problems, completions, given_prompts = read_data(task, args.data)
         else:
-            problems, completions = task_demonstrations(task, args.sizes or task.SIZES,
-                                                        args.train_size, args.seed, args.demo_steps)
-        held_out = {n: task.get_problems("test", args.eval_size, size=n, seed=args.seed)
-                    for n in args.eval_sizes or task.SIZES}
+            problems, completions = task_demonstrations(task, args.sizes, args.train_size,
+                                                        args.seed, show_steps=args.demo_steps)
+        held_out = {size: task.get_problems("test", args.eval_size, size=size, seed=args.seed)
+                    for size in args.eval_sizes}
         # `tiny` is built inside the run folder (RUN/tiny-init); a bad path fails before one is made
         model, tokenizer = common.load_model(args.model, run_dir=args.out,
                                              grad_checkpoint=args.grad_checkpoint,
@@ -261,43 +260,43 @@ def main(argv=None):
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
         style = common.prompt_style(model, tokenizer)
-        train = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
-        if args.batch_size > len(train):
-            raise ValueError(f"--batch-size {args.batch_size} is more than the {len(train)} "
+        examples = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
+        if args.batch_size > len(examples):
+            raise ValueError(f"--batch-size {args.batch_size} is more than the {len(examples)} "
                              "training examples")
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
-    if rows is not None:
+    if args.data:  # the rows' own prompt texts are not used: say how many differ from ours
         differ = sum(g is not None and g != common.prompt_text(task, p, tokenizer, style)
-                     for p, g in zip(problems, given))
+                     for p, g in zip(problems, given_prompts))
         if differ:
-            print(f"note: {differ} of {len(rows)} rows of {args.data} carry another prompt text; "
-                  "trained on the one the RL scripts use (common.prompt_text)")
-    eval_sets = {n: (ps, common.encode_prompts(task, ps, tokenizer, style))
-                 for n, ps in held_out.items()}
-    print(f"sft: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, "
-          f"{len(train)} training pairs, run folder {args.out}")
+            print(f"note: {differ} of {len(problems)} rows of {args.data} carry another prompt "
+                  "text; trained on the one the RL scripts use (common.prompt_text)")
+    eval_sets = {size: (test, common.encode_prompts(task, test, tokenizer, style))
+                 for size, test in held_out.items()}
+    print(f"sft: {common.count_parameters(model) / 1e6:.2f}M parameters, "
+          f"{len(examples)} training pairs, run folder {args.out}")
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_lambda(s, args.warmup, args.steps))
+        optimizer, lambda s: lr_lambda(s, warmup=args.warmup, total=args.steps))
     start = run.begin(model=model, optimizer=optimizer, scheduler=scheduler)  # 0, or the saved
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
     if start == 0:  # the start model, greedy and T = 1: where the closing lines measure from
-        run.log(0, evaluate(engine, model, task, eval_sets, args, True))
+        run.log(0, evaluate(engine, model, task, eval_sets, args, sampled=True))
     done = start  # optimizer steps taken
-    for step in tqdm(range(start, args.steps), "sft", total=args.steps, initial=start,
+    for step in tqdm(range(start, args.steps), desc="sft", total=args.steps, initial=start,
                      leave=False):
         # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
         rng = np.random.default_rng([args.seed, step])
-        batch = [train[i] for i in rng.choice(len(train), args.batch_size, replace=False)]
-        row = sft_step(model, optimizer, scheduler, batch, args, tokenizer.pad_token_id, step)
+        batch = [examples[i] for i in rng.choice(len(examples), args.batch_size, replace=False)]
+        metrics = sft_step(model, optimizer, scheduler, batch, args, tokenizer.pad_token_id, step)
         done = step + 1
         last = done == args.steps or time.monotonic() > run.deadline
         evaluating = done % args.eval_every == 0 or last
         if evaluating:  # greedy; the last evaluation also samples --eval-k at T = 1
-            row.update(evaluate(engine, model, task, eval_sets, args, last))
-        run.log(done, row)
+            metrics.update(evaluate(engine, model, task, eval_sets, args, sampled=last))
+        run.log(done, metrics)
         if evaluating:
             run.checkpoint(done)
         if last:

@@ -1,41 +1,17 @@
-"""topr.py: Tapered Off-Policy REINFORCE, fully offline: sample a dataset from mu, then train on it.
+"""topr.py: Tapered Off-Policy REINFORCE, offline: sample a dataset from mu, then train on it.
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
-       learning for LLMs", 2025, arXiv:2503.14286 (§2-§4, Algorithm 1).
-[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning" (§3.3 rewards, §3.6
-       Eq. 4).
-
-Each stored sample is (x, y, R, LP_mu), with LP_mu the sequence log-prob of the distribution that
-actually sampled y. Canonical TOPR ([TOPR] Eq. 8, `topr_loss`), per minibatch of N samples:
-
-    J = 1/N [ sum_{T+} R_i log pi(y_i)  +  sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) R_i log pi(y_i) ]
-
-T+ = {R - c >= s}, T- the rest (Eq. 7's sets; split s = 0 in [TOPR], 1 in [CR] Eq. 4): positives
-get a plain reward-weighted SFT step; a negative's push fades once pi(y) < mu(y). The ratio is
-formed in log space and each log pi(y) divided by its length (Algorithm 1, `--loss-norm seq/len`).
-Its surrogate objective (Eq. 11, the taper: tests/test_topr.py) is bounded above (Prop. 3.2);
-naive REINFORCE (ratio 1 everywhere, Eqs. 3-4) is not: it gains without limit by driving any
-negative's probability to 0. `--loss` picks the other methods of Table 1 (`truncated_loss`: Eq. 7
-with [pi/mu]_a+^b+ on T+ and [pi/mu]_a-^b- on T-).
-
-The baseline c is not neutral off-policy (Eqs. 9-10, Prop. 3.1): it re-weights the dataset. The
-script prints the effective positive share p~ (Eq. 12 for R in {+1, -1}; several reward levels:
-docs/DERIVATIONS.md) and the share of samples in T- (`negative_share`) of each iteration's data.
-
-Rewards and split: with [TOPR]'s +1/-1 reward (`--reward pm1`) T- is R - c < 0 and c defaults to
--0.8 (chosen with scripts/sweep.py: docs/RESULTS-topr-report.md); the task's rewards
-(`--reward original|A|B|A+B`) are at most 1, and 1 only for a correct answer (B gives -0.1 and
--0.2, A subtracts a length penalty), so c = 0 and split 1 ([CR] Eq. 4): R = 1 gets the SFT term,
-every R < 1 the ratio. `--report-variant` runs [CR]'s TOPR rows of its Table 1 (docs/PAPERS.md).
-
-Algorithm 1, as run here, in main(): for each iteration, 1. sample --group-size completions of
-each of --prompts prompts from mu = pi_{it-1} (the SFT model first, [TOPR] §4.3) into
-RUN/data-IT.jsonl (`--data` replaces the first); 2. select (`anna-karenina`, §4.3: each prompt's
-first positive, then negatives at random up to --keep; or `uniform`); 3. --epochs passes of
-minibatch updates at a constant lr.
-
-Run:  python sft.py --task countdown && python topr.py --task countdown     (CPU, minutes)
-      python topr.py --model runs/sft-.../final --engine vllm --data my_samples.jsonl
+       learning for LLMs", 2025, arXiv:2503.14286
+[CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning"
+Eq. 8, TOPR's loss; Eq. 7 + Table 1, the others    topr_loss (one path for all), LIMITS
+Eq. 7's sets T+ / T- and weights alpha             in_t_plus, truncated_ratio (in log space)
+Eqs. 9-10 baseline c, Eq. 12 p~; [CR] Eq. 4        --c, --split, default_baseline, p_tilde_pm1
+Algorithm 1: sample from mu, select (§4.3), train  main(): sample_from_mu, select, topr_step
+Names: R, c, pi, mu, alpha, T+ as in [TOPR]; LP = log pi(y), LP_mu = log mu(y); `it`: iteration
+Departures: c = -0.8 for +1/-1 rewards (PM1_BASELINE); the task's rewards: [CR] Eq. 4's c, split
+            a --data file without LP_mu: the start model's, at T = 1 (ratios start at 1)
+            AdamW, not Adafactor; 8 samples a prompt, not 64; no top-k (why: docs/PAPERS.md)
+Run: python topr.py --task countdown    More: docs/PAPERS.md, section [TOPR].
 """
 import argparse
 import json
@@ -63,15 +39,19 @@ LIMITS = {
 }
 # +1 for a fully correct answer, -1 otherwise: [TOPR]'s reward (§4), beside the task's variants.
 PM1 = "pm1"
+# pm1's baseline c: p~ above p (Eq. 12: 68% at the start model's p = 19%); scripts/sweep.py found
+# c = -0.5 lower and -0.9 no better (docs/RESULTS-topr-report.md).
+PM1_BASELINE = -0.8
 # --report-variant: [CR]'s TOPR setting (§4.1: all of 1,000 completions of the SFT model at
-# T = 0.15, top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi); c = 0, split 1
-# from default_baseline (Eq. 4); the epochs are ours ([CR] gives none). A+B: A, then B on A's data.
-REPORT_SETTING = {"iterations": 1, "prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 32,
+# T = 0.15, top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi; c = 0, split 1
+# by default_baseline); the epochs are ours ([CR] gives none). Rounds: A+B is A, then B.
+REPORT_SETTING = {"prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 32,
                   "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4,
                   "sampling": "uniform", "keep": 0}
-
-
-# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
+REPORT_ROUNDS = {"original": 1, "A": 1, "A+B": 2}
+# Flags left at None: (the tiny model's value, a pretrained model's). lr: 5e-5 the best on tiny
+# (docs/RESULTS-topr-report.md); 1e-5 the next of [CR] §5.2's 1e-4, 1e-5, 1e-6, as its best, 1e-4,
+# collapsed SmolLM2 (docs/GPU.md). max_new_tokens: 512 as in [TOPR] §4.
 MODEL_DEFAULTS = {"lr": (5e-5, 1e-5), "max_new_tokens": (64, 512)}
 # Prompts an engine call: bounds the samples held at once, not the samples drawn.
 PROMPTS_A_CALL = 256
@@ -81,71 +61,56 @@ SEED_STRIDE, SELECT_STREAM, SHUFFLE_STREAM = 1009, 1, 2
 
 
 # ---- Flags ---------------------------------------------------------------------------------------
-def reward_choices(task) -> list[str]:
-    """--reward's choices: pm1, the task's variants, and A+B where it has A and B."""
-    variants = [PM1, *task.REWARD_VARIANTS]
-    return variants + ["A+B"] * ({"A", "B"} <= set(variants))
-
-
-def task_rewards(argv) -> str:
-    """The rewards of the --task in argv, for --help: read before the whole parse."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--task", default="countdown")
-    try:
-        names = ", ".join(reward_choices(get_task(pre.parse_known_args(argv)[0].task))[1:])
-        return names.replace("A+B", "A+B (A for the first half of all epochs, then B)")
-    except ValueError:  # an unknown task: main() says so in one line
-        return "the task's variants"
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument
+    add, defaults = p.add_argument, {}  # defaults: of the flags that --report-variant sets
+
+    def add_setting(flag, default, help, **kw):  # such a flag parses as None (fill_defaults)
+        defaults[flag[2:].replace("-", "_")] = default
+        add(flag, default=None, help=f"{help}; None: {default}, or --report-variant's", **kw)
     # the data (Algorithm 1, first lines)
     add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
-    add("--iterations", type=common.positive_int, default=6, help="generate-then-train rounds")
-    add("--prompts", type=common.positive_int, default=500, help="prompts an iteration")
-    add("--group-size", type=common.positive_int, default=8, help="completions a prompt from mu")
-    add("--temperature", type=common.positive_float, default=1.0, help="mu's sampling temperature")
-    add("--top-p", type=common.fraction, default=1.0, help="top-p of mu, in (0, 1]")
-    add("--sampling", choices=["uniform", "anna-karenina"], default="anna-karenina",
-        help="which samples are kept (select); [TOPR] §4.3's: more gain a minute than uniform")
-    add("--keep", type=common.nonnegative_int, default=1000,
-        help="samples kept a round (0: all selected); 1000: a quarter of the default 500 x 8")
+    add_setting("--iterations", 6, "generate-then-train rounds", type=common.positive_int)
+    add_setting("--prompts", 500, "prompts an iteration", type=common.positive_int)
+    add_setting("--group-size", 8, "completions a prompt from mu", type=common.positive_int)
+    add_setting("--temperature", 1.0, "mu's sampling temperature", type=common.positive_float)
+    add_setting("--top-p", 1.0, "top-p of mu, in (0, 1]", type=common.fraction)
+    add_setting("--sampling", "anna-karenina", "which samples are kept (select); [TOPR] §4.3's "
+                "gains more a minute than uniform", choices=["uniform", "anna-karenina"])
+    add_setting("--keep", 1000, "samples kept a round, 0: all selected (1000, a quarter of 500 x "
+                "8: more gain a minute)", type=common.nonnegative_int)
     # the loss
     add("--loss", choices=list(LIMITS), default="topr", help="Eq. 8, or a Table 1 method (Eq. 7)")
-    add("--reward", default=PM1, help="pm1 (+1 correct, -1 otherwise) or one of --task's rewards: "
-        + task_rewards(argv))
-    add("--c", type=common.finite_float, default=None, help="baseline, trained on R - c (Eqs. "
-        "9-10); None: -0.8 with pm1, 0 with the task's rewards ([CR] Eq. 4)")
+    add_setting("--reward", PM1, "pm1 (+1 correct, -1 otherwise) or the --task's REWARD_VARIANTS "
+                "(countdown: original, A, B; A+B: A for the first half of all epochs, then B)")
+    add("--c", type=common.finite_float, default=None, help="the baseline c of [TOPR] Eqs. 9-10: "
+        "trains on R - c; None: PM1_BASELINE (-0.8) with pm1, 0 with the task's ([CR] Eq. 4)")
     add("--split", type=float, choices=[0.0, 1.0], default=None,
-        help="T- is R - c < split; None: 0 with pm1 ([TOPR]), else 1")
-    add("--loss-norm", choices=["seq/len", "seq", "token"], default="seq/len",
-        help="seq/len: each LP over its length ([TOPR]); seq: sums; token: per token")
-    add("--epochs", type=common.positive_int, default=1, help="passes over each iteration's data")
-    add("--batch-size", type=common.positive_int, default=64,
-        help="sequences (a prompt and its completion) an optimizer step")
+        help="T+ = {R - c >= split}: 0 splits by sign as [TOPR] does, 1 is [CR] Eq. 4 (only R = 1 "
+        "gets the SFT term); None: 0 with pm1, else 1")
+    add_setting("--loss-norm", "seq/len", "seq/len: each LP over its length ([TOPR]); seq: sums; "
+                "token: per token", choices=["seq/len", "seq", "token"])
+    add_setting("--epochs", 1, "passes over each iteration's data", type=common.positive_int)
+    add_setting("--batch-size", 64, "sequences (a prompt and its completion) an optimizer step",
+                type=common.positive_int)
     add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant ([TOPR]); "
-        "None: 5e-5 for tiny, the best there (docs/RESULTS-topr-report.md), 1e-5 for a "
-        "pretrained model (of [CR] §5.2's 1e-4, 1e-5, 1e-6 on Qwen2.5-0.5B; its best, 1e-4, "
-        "collapsed SmolLM2: docs/GPU.md)")
-    add("--report-variant", choices=["original", "A", "A+B"], default=None,
-        help="[CR]'s TOPR run with this reward (REPORT_SETTING); flags given win")
+        "None: 5e-5 for tiny, 1e-5 pretrained (MODEL_DEFAULTS says why), or --report-variant's")
+    add("--report-variant", choices=list(REPORT_ROUNDS), default=None,
+        help="[CR]'s TOPR run with this reward: REPORT_SETTING for the flags not given")
     add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
     add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
     add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
     add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     # the problems, the model, generation and evaluation
     add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model, the first mu: a folder, a hub id, `tiny` "
-        "(built in, untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the newest "
-        "sft.py run of --task); None: that run, made first by sft.py if none")
+    add("--model", default=None, help="start model, the first mu: a folder, a hub id, `tiny`, "
+        "`smollm2` or `sft` (sft.py's newest run of --task); None: `sft`, trained first if none")
     add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
-        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
+    add("--max-new-tokens", type=common.positive_int, default=None,
+        help="tokens a completion; None: 64 for tiny, 512 pretrained (MODEL_DEFAULTS)")
     add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
         help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
     add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
@@ -162,30 +127,43 @@ def parse_args(argv=None):
         help="stop MIN minutes after the start (evaluate, save)")
     add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
     add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
-    args = p.parse_args(argv)
-    if args.report_variant:  # the report's setting becomes the defaults
-        p.set_defaults(reward=args.report_variant, **REPORT_SETTING)
-        if args.report_variant == "A+B":  # variant_at: A in the first round, B in the second
-            p.set_defaults(iterations=2)
-        args = p.parse_args(argv)
-    c, split = default_baseline(args.reward)  # the reward's baseline and split, unless given
-    p.set_defaults(c=c, split=split)
-    return p, p.parse_args(argv)
+    return p, fill_defaults(p.parse_args(argv), defaults)
+
+
+def fill_defaults(args, defaults: dict):
+    """Flags left at None that depend on another flag: `defaults`, or with --report-variant V
+    REPORT_SETTING, reward V and its rounds; then c and split by the reward (default_baseline)."""
+    setting = defaults
+    if args.report_variant:
+        setting = {**defaults, **REPORT_SETTING, "reward": args.report_variant,
+                   "iterations": REPORT_ROUNDS[args.report_variant]}
+    for name, value in setting.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    c, split = default_baseline(args.reward)
+    args.c = c if args.c is None else args.c
+    args.split = split if args.split is None else args.split
+    return args
 
 
 # ---- The loss: pure functions of tensors ---------------------------------------------------------
-def truncated_ratio(lw: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
-                    a_neg: float, b_neg: float) -> torch.Tensor:
-    """alpha = [pi/mu]_a^b in log space: exp(clamp(lw, ln a, ln b)), ln 0 = -inf, ln inf = inf.
+def in_t_plus(rewards, c: float, split: float):
+    """T+ of [TOPR] Eq. 7: R - c >= split (0: by sign; 1: [CR] Eq. 4); rewards: [N] tensor/array."""
+    return rewards - c >= split
 
-    lw: [N] sequence log-ratio LP - LP_mu;  positive: [N] bool: (a+, b+) where True, else (a-, b-).
+
+def truncated_ratio(log_ratio: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
+                    a_neg: float, b_neg: float) -> torch.Tensor:
+    """alpha = [pi/mu]_a^b of Eq. 7 in log space: exp(clamp(log_ratio, ln a, ln b)), ln 0 = -inf.
+
+    log_ratio: [N] LP - LP_mu;  positive: [N] bool: (a+, b+) where True (T+), else (a-, b-).
     Never forms exp(LP): for 1,000-token sequences pi and mu both underflow and pi/mu is 0/0.
     """
     def ln(x):
         return math.log(x) if x > 0 else -math.inf
-    lo = torch.where(positive, ln(a_pos), ln(a_neg)).to(lw.dtype)
-    hi = torch.where(positive, ln(b_pos), ln(b_neg)).to(lw.dtype)
-    return torch.exp(torch.minimum(torch.maximum(lw, lo), hi))
+    lo = torch.where(positive, ln(a_pos), ln(a_neg)).to(log_ratio.dtype)
+    hi = torch.where(positive, ln(b_pos), ln(b_neg)).to(log_ratio.dtype)
+    return torch.exp(torch.minimum(torch.maximum(log_ratio, lo), hi))
 
 
 def weighted_logprob_loss(weight: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor,
@@ -208,62 +186,46 @@ def weighted_logprob_loss(weight: torch.Tensor, logprobs: torch.Tensor, mask: to
 
 
 def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
-              rewards: torch.Tensor, c: float = 0.0, norm: str = "seq/len",
-              split: float = 0.0) -> torch.Tensor:
-    """Canonical TOPR on a minibatch ([TOPR] Eq. 8, Algorithm 1), to be minimised:
+              rewards: torch.Tensor, c: float = 0.0, norm: str = "seq/len", split: float = 0.0,
+              limits: tuple = LIMITS["topr"]) -> torch.Tensor:
+    """[TOPR] Eq. 7 on a minibatch, to be minimised; with LIMITS["topr"] (the default) Eq. 8:
 
         J = 1/N [ sum_{T+} R_i log pi(y_i) + sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) R_i log pi(y_i) ]
 
-    with R_i = R(x_i, y_i) - c (Eqs. 9-10) and T+ = {R_i >= split}: split 0 in [TOPR] (by sign), 1
-    in [CR] Eq. 4. Positives get a plain SFT step weighted by R; a negative's push fades once
-    pi(y) < mu(y). lp_mu, rewards: [N]; the rest as weighted_logprob_loss. The ratio always uses the
-    full-sequence LP, whatever `norm`.
+    R_i = R(x_i, y_i) - c (Eqs. 9-10); alpha = [pi/mu]_a^b is exactly 1 on T+ with TOPR's limits
+    (reward-weighted SFT), [pi/mu]_0^1 on T- (a negative's push fades once pi(y) < mu(y)), always
+    from the full-sequence LP. limits: (a+, b+, a-, b-); lp_mu, rewards: [N]; logprobs, mask, norm:
+    as in weighted_logprob_loss.
     """
     lp = (logprobs.detach() * mask).sum(-1)  # [N] LP(y), no gradient
-    r = rewards - c  # [N]
-    positive = r >= split  # [N] T+; the others are T-
-    ratio = torch.exp(torch.clamp(lp - lp_mu, max=0.0))  # [N] [pi/mu]_0^1, in log space
-    weight = torch.where(positive, r,  # first sum: R on T+ (SFT)
-                         ratio * r)  # second sum: [pi/mu]_0^1 R on T-
-    return weighted_logprob_loss(weight, logprobs, mask, norm)
-
-
-def truncated_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
-                   rewards: torch.Tensor, a_pos: float, b_pos: float, a_neg: float, b_neg: float,
-                   c: float = 0.0, norm: str = "seq/len", split: float = 0.0) -> torch.Tensor:
-    """[TOPR] Eq. 7 with any limits: alpha = [pi/mu]_a+^b+ on T+ and [pi/mu]_a-^b- on T-, the
-    methods of Table 1 (LIMITS); topr_loss is its case a+ = b+ = 1, a- = 0, b- = 1."""
-    lp = (logprobs.detach() * mask).sum(-1)  # [N]
-    r = rewards - c  # [N]
-    alpha = truncated_ratio(lp - lp_mu, r >= split, a_pos, b_pos, a_neg, b_neg)  # [N]
-    return weighted_logprob_loss(alpha * r, logprobs, mask, norm)
+    r_minus_c = rewards - c  # [N]
+    alpha = truncated_ratio(lp - lp_mu, in_t_plus(rewards, c, split), *limits)  # [N]
+    return weighted_logprob_loss(alpha * r_minus_c, logprobs, mask, norm)
 
 
 def effective_positive_share(rewards, c: float = 0.0) -> float:
     """p~ = sum_{R_i > c} (R_i - c) / sum_i |R_i - c|: the share of the gradient's total weight that
     pushes samples up (docs/DERIVATIONS.md). For R in {+1, -1} and a share p of positives this is
     [TOPR] Eq. 12, p~ = p(1-c) / (1 + (1-2p)c)."""
-    r = np.asarray(rewards, dtype=float) - c
-    total = np.abs(r).sum()
-    return float(r[r > 0].sum() / total) if total > 0 else float("nan")
+    r_minus_c = np.asarray(rewards, dtype=float) - c
+    total = np.abs(r_minus_c).sum()
+    return float(r_minus_c[r_minus_c > 0].sum() / total) if total > 0 else float("nan")
 
 
 def p_tilde_pm1(p: float, c: float) -> float:
-    """[TOPR] Eq. 12: the effective positive share for rewards +1/-1, a share p of positives and
-    baseline c."""
+    """[TOPR] Eq. 12: p~ for rewards +1/-1, a share p of positives and baseline c."""
     return p * (1 - c) / (1 + (1 - 2 * p) * c)
 
 
 def default_baseline(reward: str) -> tuple[float, float]:
-    """(c, split) when not given: [TOPR]'s sign split with c = -0.8 for pm1; [CR] Eq. 4 (c = 0,
-    split 1) for the task's rewards, at most 1 and 1 only when correct, where c = -0.8, split 0
-    would leave few negatives or none."""
-    return (-0.8, 0.0) if reward == PM1 else (0.0, 1.0)
+    """(c, split) when not given: PM1_BASELINE and [TOPR]'s sign split for pm1; [CR] Eq. 4 (0, 1)
+    for the task's rewards (<= 1, 1 if correct), where pm1's would leave few negatives or none."""
+    return (PM1_BASELINE, 0.0) if reward == PM1 else (0.0, 1.0)
 
 
 def negative_share(rewards, c: float, split: float) -> float:
     """Share of samples in T- (R - c < split): those that get the truncated ratio [pi/mu]_a-^b-."""
-    return float(np.mean(np.asarray(rewards, dtype=float) - c < split))
+    return float(np.mean(~in_t_plus(np.asarray(rewards, dtype=float), c, split)))
 
 
 # ---- Data: rewards, generation, files, selection -------------------------------------------------
@@ -274,9 +236,8 @@ def reward_of(task, problem: dict, text: str, variant: str) -> float:
 
 
 def variant_at(reward: str, epoch: int, total_epochs: int) -> str:
-    """The reward variant of global epoch `epoch` (0-based, over all iterations). "A+B": the first
-    half of all epochs with A, the rest with B ([CR] §5.1: "Reward B TOPR after using Reward
-    A")."""
+    """The reward variant of global epoch `epoch` (0-based, over all iterations). "A+B": A for the
+    first half of all epochs, B after ([CR] §5.1: "Reward B TOPR after using Reward A")."""
     if reward == "A+B":
         return "A" if epoch < max(1, total_epochs // 2) else "B"
     return reward
@@ -284,23 +245,21 @@ def variant_at(reward: str, epoch: int, total_epochs: int) -> str:
 
 def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
                   variant) -> list[dict]:
-    """n samples per prompt from the engine's current weights (mu), with their behaviour log-probs
-    and their reward under `variant` (training recomputes rewards from the text: a file serves any
-    variant)."""
+    """--group-size samples a prompt from the engine's weights (mu), with LP_mu and their reward
+    under `variant` (training recomputes rewards from the text: a file serves any variant)."""
     sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, top_p=args.top_p)
-    mu = f"iteration {iteration} policy, T={args.temperature} top_p={args.top_p}"
+    mu_name = f"iteration {iteration} policy, T={args.temperature} top_p={args.top_p}"
     rows = []
     for start in range(0, len(problems), PROMPTS_A_CALL):
         groups = engine.generate(prompts[start:start + PROMPTS_A_CALL], sc)
         for j, (problem, group) in enumerate(zip(problems[start:start + PROMPTS_A_CALL], groups)):
-            for s in group:
-                rows.append({"problem": problem, "prompt_index": start + j,
-                             "prompt_ids": s.prompt_ids, "completion_ids": s.ids,
-                             "completion": s.text, "prompt": tokenizer.decode(s.prompt_ids),
-                             "grade": task.grade(problem, s.text),
-                             "reward": reward_of(task, problem, s.text, variant),
-                             "finished": s.finished, "lp_mu": float(sum(s.logprobs)), "mu": mu})
+            rows += [{"problem": problem, "prompt_index": start + j, "prompt_ids": s.prompt_ids,
+                      "completion_ids": s.ids, "completion": s.text,
+                      "prompt": tokenizer.decode(s.prompt_ids),
+                      "grade": task.grade(problem, s.text),
+                      "reward": reward_of(task, problem, s.text, variant), "finished": s.finished,
+                      "lp_mu": float(sum(s.logprobs)), "mu": mu_name} for s in group]
     return rows
 
 
@@ -325,10 +284,9 @@ def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> l
 
 
 def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list[dict]:
-    """Samples from a JSONL file: `problem` and `completion` are required; `prompt_ids` and
-    `completion_ids` are used when present (else the prompt is rebuilt and the text tokenized, EOS
-    appended unless `finished` is false); a missing `lp_mu` is filled by fill_lp_mu. ValueError
-    naming the file and line if anything is wrong. Without a tokenizer: checked, not tokenized."""
+    """Samples from a JSONL file: `problem`, `completion` required; `prompt_ids`, `completion_ids`
+    used when present (else built, EOS appended unless `finished` is false); `lp_mu` missing: see
+    fill_lp_mu. ValueError names the file and line. Without a tokenizer: checked, not tokenized."""
     rows = []
     for i, r in enumerate(read_jsonl(path, "file"), 1):
         if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
@@ -346,11 +304,9 @@ def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list
         r["grade"] = task.grade(r["problem"], r["completion"])
         r.setdefault("prompt_index", task.problem_key(r["problem"]))
         rows.append(r)
-        if tokenizer is None:
-            continue
-        if "prompt_ids" not in r:
+        if tokenizer is not None and "prompt_ids" not in r:
             r["prompt_ids"] = common.encode_prompts(task, [r["problem"]], tokenizer, style)[0]
-        if "completion_ids" not in r:
+        if tokenizer is not None and "completion_ids" not in r:
             eos = [tokenizer.eos_token_id] if r.get("finished", True) else []
             ids = tokenizer(r["completion"], add_special_tokens=False)["input_ids"]
             r["completion_ids"] = ids + eos
@@ -359,33 +315,31 @@ def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list
     return rows
 
 
-def fill_lp_mu(rows: list[dict], model, pad_id: int, micro_batch: int, bf16: bool = False,
-               temperature: float = 1.0):
-    """Set LP_mu of rows that lack it to their sequence log-prob under `model` (mu, at
-    `temperature`), computed as the trainer computes log pi (bf16: --bf16): ratios start at 1."""
+def fill_lp_mu(rows: list[dict], model, pad_id: int, args, temperature: float = 1.0) -> None:
+    """LP_mu of the rows that lack it: their log-prob under `model` (mu, at `temperature`), computed
+    as the trainer computes log pi (--micro-batch, --bf16), so that every ratio starts at 1."""
     model.eval()
     with torch.no_grad():
-        for s in range(0, len(rows), micro_batch):
-            part = rows[s:s + micro_batch]
+        for s in range(0, len(rows), args.micro_batch):
+            part = rows[s:s + args.micro_batch]
             lp, mask = common.completion_logprobs(model, [r["prompt_ids"] for r in part],
                                                   [r["completion_ids"] for r in part], pad_id,
-                                                  temperature=temperature, bf16=bf16)
+                                                  temperature=temperature, bf16=args.bf16)
             for r, v in zip(part, (lp * mask).sum(-1).tolist()):
                 r.setdefault("lp_mu", v)
 
 
 def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> None:
-    """LP_mu recomputed as the trainer computes log pi, at mu's temperature, the sampler's kept as
-    lp_mu_sampler: vLLM's kernels, or fp32 sampling against --bf16 training, put a negative's
-    tapered ratio off 1 at the start (the gap a token, summed over 512 tokens). At top-p < 1, mu is
-    a nucleus the trainer does not form: the sampler's value stays."""
+    """LP_mu recomputed as the trainer computes log pi at mu's temperature (the sampler's kept as
+    lp_mu_sampler): vLLM's kernels, or fp32 sampling against --bf16 training, would put ratios off 1
+    at the start. At top-p < 1, mu is a nucleus the trainer does not form: the sampler's stays."""
     if args.top_p < 1:
         tqdm.write(f"iteration {it}: LP_mu is the sampler's (top-p < 1); ratios start off 1 by "
                    "its numerical gap to the trainer")
         return
     for r in rows:
         r["lp_mu_sampler"] = r.pop("lp_mu")
-    fill_lp_mu(rows, model, pad_id, args.micro_batch, args.bf16, args.temperature)
+    fill_lp_mu(rows, model, pad_id, args, args.temperature)
     gap = np.mean([abs(r["lp_mu"] - r["lp_mu_sampler"]) / max(1, len(r["completion_ids"]))
                    for r in rows])
     tqdm.write(f"iteration {it}: LP_mu recomputed as the trainer computes log pi (the sampler's "
@@ -393,12 +347,11 @@ def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> Non
 
 
 def samples_on_hand(args, task, model, tokenizer, style, it0: int, resumed: bool) -> dict:
-    """Samples by iteration that need no drawing: --data for the first (LP_mu, where missing, from
-    the start model at T = 1); the file of the iteration a resumed run stopped in (written whole
-    or not at all: write_jsonl)."""
+    """Samples by iteration that need no drawing: --data for the first (missing LP_mu: the start
+    model's at T = 1); the file of the iteration a resumed run stopped in (written whole or not)."""
     data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
     if any("lp_mu" not in r for r in data.get(0, [])):
-        fill_lp_mu(data[0], model, tokenizer.pad_token_id, args.micro_batch, args.bf16)
+        fill_lp_mu(data[0], model, tokenizer.pad_token_id, args)
     own = os.path.join(args.out, f"data-{it0}.jsonl")
     if resumed and it0 not in data and os.path.exists(own):
         data[it0] = read_rows(own, task, tokenizer, style)
@@ -406,21 +359,19 @@ def samples_on_hand(args, task, model, tokenizer, style, it0: int, resumed: bool
 
 
 def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator) -> list[dict]:
-    """uniform: every sample (or `keep` of them at random). anna-karenina ([TOPR] §4.3): the first
-    correct sample of each prompt and every incorrect one; with `keep`, the positives plus random
-    negatives up to `keep` samples."""
+    """uniform: every sample, or `keep` at random. anna-karenina ([TOPR] §4.3): each prompt's first
+    correct sample and every incorrect one; with `keep`, random negatives fill up to `keep`."""
     if sampling == "uniform":
         if keep and keep < len(rows):
             return [rows[i] for i in sorted(rng.choice(len(rows), keep, replace=False))]
         return list(rows)
     positives, negatives, seen = [], [], set()
     for r in rows:
-        if r["grade"] == "correct":
-            if r["prompt_index"] not in seen:
-                seen.add(r["prompt_index"])
-                positives.append(r)
-        else:
+        if r["grade"] != "correct":
             negatives.append(r)
+        elif r["prompt_index"] not in seen:
+            seen.add(r["prompt_index"])
+            positives.append(r)
     if keep:
         fill = max(0, keep - len(positives))
         chosen = rng.choice(len(negatives), min(fill, len(negatives)), replace=False)
@@ -429,75 +380,77 @@ def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator)
     return positives + negatives
 
 
-def epoch_rewards(data: list[dict], it: int, epoch: int, task, args,
-                  show: bool) -> tuple[list[float], float]:
+def epoch_rewards(data: list[dict], it: int, epoch: int, task, args, show: bool) -> tuple:
     """R of every selected sample under this epoch's reward variant, and the share of them in T-;
     prints the data's composition (p, p~, negative share) when `show`."""
     variant = variant_at(args.reward, it * args.epochs + epoch, args.iterations * args.epochs)
-    rewards = [reward_of(task, r["problem"], r["completion"], variant) for r in data]
-    neg = negative_share(rewards, args.c, args.split)
+    rewards = [reward_of(task, x["problem"], x["completion"], variant) for x in data]
+    neg_share = negative_share(rewards, args.c, args.split)
     if show:
-        p = float(np.mean([r["grade"] == "correct" for r in data]))
+        p = float(np.mean([x["grade"] == "correct" for x in data]))
         eq12 = f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""
         tqdm.write(f"iteration {it} epoch {epoch}: {len(data)} samples ({args.sampling}), reward "
                    f"{variant}, correct p={p:.3f}, effective positive share "
                    f"p~={effective_positive_share(rewards, args.c):.3f}{eq12}, negative share "
-                   f"{neg:.3f}")
-        if neg == 0 and p < 1:
+                   f"{neg_share:.3f}")
+        if neg_share == 0 and p < 1:
             tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): this is "
                        "reward-weighted SFT, not TOPR")
-    return rewards, neg
+    return rewards, neg_share
 
 
 # ---- Training ------------------------------------------------------------------------------------
 def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, pad_id: int,
               step: int) -> dict:
-    """One optimizer step of Algorithm 1 on a minibatch, in micro-batches of --micro-batch (the same
-    gradient). Stops the run (exit 1) before optimizer.step() if the loss or gradient is not finite:
-    the weights are untouched, so the last checkpoint on disk is the last good state. Returns the
-    step's metrics."""
-    limits = LIMITS[args.loss]
+    """One optimizer step of Algorithm 1 on a minibatch, after `step` steps, in micro-batches of
+    --micro-batch (the same gradient); its metrics. A non-finite loss or gradient stops the run
+    (exit 1) before optimizer.step(): the last checkpoint on disk is then the last good state."""
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    n_tokens = sum(len(r["completion_ids"]) for r in batch)
-    loss_sum, lws, positives = 0.0, [], []
+    n_tokens = sum(len(x["completion_ids"]) for x in batch)
+    loss_sum, log_ratio_parts, R_parts = 0.0, [], []
     for s in range(0, len(batch), args.micro_batch):
         mb = batch[s:s + args.micro_batch]
-        r = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M]
+        R = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M] R(x, y)
         logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
                                                     [x["completion_ids"] for x in mb], pad_id,
                                                     bf16=args.bf16)
-        lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)  # [M]
-        if args.loss == "topr":  # Eq. 8
-            loss = topr_loss(logprobs, mask, lp_mu, r, args.c, args.loss_norm, args.split)
-        else:  # Eq. 7 with the limits of Table 1
-            loss = truncated_loss(logprobs, mask, lp_mu, r, *limits, c=args.c,
-                                  norm=args.loss_norm, split=args.split)
+        lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)  # [M] LP_mu(y)
+        loss = topr_loss(logprobs, mask, lp_mu, R, c=args.c, norm=args.loss_norm,
+                         split=args.split, limits=LIMITS[args.loss])  # Eq. 8, or Eq. 7
         # each micro-batch weighted by its share, so the sum is the loss of the whole batch
         share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(mb) / len(batch)
         (loss * share).backward()
         loss_sum += loss.item() * share
-        lws.append((logprobs.detach() * mask).sum(-1) - lp_mu)
-        positives.append((r - args.c) >= args.split)
+        log_ratio_parts.append((logprobs.detach() * mask).sum(-1) - lp_mu)  # [M] LP - LP_mu
+        R_parts.append(R)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
-        tqdm.write(f"error: step {step}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
+        tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
                    "--lr too high, or a baseline (--c) or lp_mu far from the data's scale",
                    file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
-    lw, pos = torch.cat(lws), torch.cat(positives)
-    alpha = truncated_ratio(lw, pos, *limits)
+    return step_metrics(batch, rewards, torch.cat(log_ratio_parts), torch.cat(R_parts), loss_sum,
+                        grad_norm, args)
+
+
+def step_metrics(batch, rewards, log_ratio, R, loss: float, grad_norm: float, args) -> dict:
+    """A step's metrics: its loss and mean reward, the log-ratios LP - LP_mu (all, on T+, on T-),
+    alpha's mean on T- and the size of T- (None: an empty set). log_ratio, R: [N]."""
+    positive = in_t_plus(R, args.c, args.split)
+    alpha = truncated_ratio(log_ratio, positive, *LIMITS[args.loss])
 
     def mean_or_none(x):
         return x.mean().item() if len(x) else None
-    return {"loss": loss_sum, "reward": float(np.mean(rewards)),
+    return {"loss": loss, "reward": float(np.mean(rewards)),
             "accuracy": float(np.mean([x["grade"] == "correct" for x in batch])),
-            "log_ratio": lw.mean().item(), "log_ratio_max_abs": lw.abs().max().item(),
-            "log_ratio_pos": mean_or_none(lw[pos]), "log_ratio_neg": mean_or_none(lw[~pos]),
-            "alpha_neg": mean_or_none(alpha[~pos]), "negatives": int((~pos).sum()),
+            "log_ratio": log_ratio.mean().item(), "log_ratio_max_abs": log_ratio.abs().max().item(),
+            "log_ratio_pos": mean_or_none(log_ratio[positive]),
+            "log_ratio_neg": mean_or_none(log_ratio[~positive]),
+            "alpha_neg": mean_or_none(alpha[~positive]), "negatives": int((~positive).sum()),
             "grad_norm": grad_norm, "samples": len(batch)}
 
 
@@ -505,8 +458,7 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
 def evaluate(engine, model, task, eval_sets, args) -> dict:
     """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
     completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
-    meets the same random numbers. Reward: the variant trained on; the task's first with pm1 or
-    A+B."""
+    meets the same random numbers. Reward: the one trained on; the task's first for pm1 or A+B."""
     model.eval()
     engine.sync(model)  # the weights trained so far (the engine samples mu = pi_{it-1} otherwise)
     variant = None if args.reward in (PM1, "A+B") else args.reward
@@ -528,9 +480,9 @@ def main(argv=None):
     # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
         task = get_task(args.task)
-        if args.reward not in reward_choices(task):
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
-                             f"{', '.join(reward_choices(task))}")
+        choices = [PM1, *task.REWARD_VARIANTS] + ["A+B"] * ({"A", "B"} <= set(task.REWARD_VARIANTS))
+        if args.reward not in choices:  # A+B: where the task has A and B
+            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(choices)}")
         if args.report_variant and args.reward != args.report_variant:
             raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
                              f"not --reward {args.reward}")
@@ -542,6 +494,7 @@ def main(argv=None):
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        # --model None: the newest sft.py run of --task, trained first if there is none
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
@@ -566,31 +519,30 @@ def main(argv=None):
     if step == 0:
         run.log(0, evaluate(engine, model, task, eval_sets, args))
     for it in range(it0, args.iterations):  # Algorithm 1
-        rows = data.pop(it, None)  # 1. samples from mu = pi_{it-1}: on hand, or drawn now
-        if rows is None:
-            rows = sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it)
-        data_it = select(rows, args.sampling, args.keep,  # 2. the selection
-                         np.random.default_rng([args.seed, it, SELECT_STREAM]))
+        samples = data.pop(it, None)  # 1. samples from mu = pi_{it-1}: on hand, or drawn now
+        if samples is None:
+            samples = sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it)
+        selected = select(samples, args.sampling, args.keep,  # 2. the selection
+                          np.random.default_rng([args.seed, it, SELECT_STREAM]))
         for epoch in range(epoch0, args.epochs):
-            rewards, neg = epoch_rewards(data_it, it, epoch, task, args, show=batch0 == 0)
+            rewards, neg_share = epoch_rewards(selected, it, epoch, task, args, show=batch0 == 0)
             order = np.random.default_rng([args.seed, it, epoch, SHUFFLE_STREAM]).permutation(
-                len(data_it))
+                len(selected))
             batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
             for b in tqdm(range(batch0, len(batches)), f"iteration {it} epoch {epoch}",
                           total=len(batches), initial=batch0, leave=False):  # 3. the updates
                 t0, idx = time.perf_counter(), batches[b]
-                row = topr_step(model, optimizer, [data_it[i] for i in idx],
-                                [rewards[i] for i in idx], args, tokenizer.pad_token_id, step + 1)
+                metrics = topr_step(model, optimizer, [selected[i] for i in idx],
+                                    [rewards[i] for i in idx], args, tokenizer.pad_token_id, step)
                 step += 1
-                row.update(iteration=it, epoch=epoch, negative_share=neg,
-                           time_step=time.perf_counter() - t0)
+                metrics.update(iteration=it, epoch=epoch, negative_share=neg_share,
+                               time_step=time.perf_counter() - t0)
                 epoch_done = b + 1 == len(batches)
-                iteration_done = epoch_done and epoch + 1 == args.epochs
-                finished = iteration_done and it + 1 == args.iterations
+                finished = epoch_done and epoch + 1 == args.epochs and it + 1 == args.iterations
                 out_of_time = time.monotonic() > run.deadline
                 if (args.eval_every and step % args.eval_every == 0) or out_of_time or finished:
-                    row.update(evaluate(engine, model, task, eval_sets, args))
-                run.log(step, row)
+                    metrics.update(evaluate(engine, model, task, eval_sets, args))
+                run.log(step, metrics)
                 if step % args.save_every == 0 or epoch_done or out_of_time:
                     run.checkpoint(step, next=(it, epoch, b + 1))  # where the next step stands
                 if out_of_time:

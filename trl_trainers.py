@@ -15,7 +15,7 @@ reference log-probs).
 [SPO]  Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
        for Sequence Models", 2025, arXiv:2503.05453
 
-    TOPRTrainer   GRPOTrainer + topr.truncated_loss; mu = the distribution that sampled
+    TOPRTrainer   GRPOTrainer + topr.topr_loss; mu = the distribution that sampled
                   (vLLM's log-probs when TRL has them, else the policy that generated the batch)
     AGROTrainer   GRPOTrainer + agro.agro_loss with on-policy (Eqs. 5-6) or off-policy (Eq. 4)
                   weights, computed per completion over its whole group (groups may span processes)
@@ -103,6 +103,8 @@ class OfflineConfig(TrainingArguments):
     remove_unused_columns: bool = False
 
 
+# Flags left at None: (the tiny model's value, a pretrained model's), as in the scripts.
+MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
 SEQUENCE_NORMS = ("seq", "seq/len")  # per-sequence means: exact under gradient accumulation and DDP
 
 
@@ -175,7 +177,7 @@ class _ScriptLossTrainer(GRPOTrainer):
 
 
 class TOPRTrainer(_ScriptLossTrainer):
-    """[TOPR] Algorithm 1 on TRL's batches: topr.truncated_loss (Table 1's limits) with LP_mu the
+    """[TOPR] Algorithm 1 on TRL's batches: topr.topr_loss (Table 1's limits) with LP_mu the
     sequence log-prob under mu."""
 
     def __init__(self, *args, **kwargs):
@@ -196,9 +198,9 @@ class TOPRTrainer(_ScriptLossTrainer):
 
     def script_loss(self, logprobs, mask, inputs):
         a = self.args
-        return topr.truncated_loss(logprobs, mask, inputs["lp_mu"], inputs["rewards"],
-                                   *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
-                                   split=a.split)
+        return topr.topr_loss(logprobs, mask, inputs["lp_mu"], inputs["rewards"], c=a.baseline_c,
+                              norm=a.sequence_norm, split=a.split,
+                              limits=topr.LIMITS[a.truncation])
 
 
 class AGROTrainer(_ScriptLossTrainer):
@@ -355,10 +357,10 @@ class TOPROfflineTrainer(_OfflineTrainer):
         a = self.args
         logprobs, mask = self.logprobs(model, inputs["prompt_ids"], inputs["completion_ids"])
         device = logprobs.device
-        return topr.truncated_loss(logprobs, mask, torch.tensor(inputs["lp_mu"], device=device),
-                                   torch.tensor(inputs["reward"], device=device),
-                              *topr.LIMITS[a.truncation], c=a.baseline_c, norm=a.sequence_norm,
-                                   split=a.split)
+        return topr.topr_loss(logprobs, mask, torch.tensor(inputs["lp_mu"], device=device),
+                              torch.tensor(inputs["reward"], device=device), c=a.baseline_c,
+                              norm=a.sequence_norm, split=a.split,
+                              limits=topr.LIMITS[a.truncation])
 
 
 class AGROOfflineTrainer(_OfflineTrainer):
@@ -435,14 +437,16 @@ def parse_args(argv=None):
         help="prompts a step, over all processes (offline: rows of --data); 64 x 4 is rloo.py's "
         "batch, so that the two compare step for step")
     add("--num-generations", type=int, default=4, help="completions a prompt (TRL's G, >= 2)")
-    add("--lr", type=common.positive_float, default=6e-5, help="AdamW lr, the scripts' default")
+    add("--lr", type=common.positive_float, default=None, help="AdamW lr; None: 6e-5 for tiny, "
+        "1e-5 for a pretrained model (the RL scripts' defaults)")
     add("--warmup", type=common.nonnegative_int, default=10, help="linear warm-up steps")
     add("--beta", type=common.positive_float, default=None,
         help="AGRO, SPO: KL strength (default the config's: agro.py's, spo.py's)")
     add("--weights", choices=["onpolicy", "offpolicy"], default=None, help="agro, online: Eqs. "
         "5-6's weights (the config's default, the paper's for fresh samples) or Eq. 4's, which "
         "also learn from a weak start (docs/SCALE.md)")
-    add("--max-new-tokens", type=common.positive_int, default=64)
+    add("--max-new-tokens", type=common.positive_int, default=None,
+        help="tokens a completion; None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: numbers a "
         "puzzle); default: the task's SIZES")
     add("--eval-sizes", default=None, help="held-out difficulty levels; default: the task's SIZES")
@@ -498,6 +502,9 @@ def load_inputs(args, parser, world: int) -> Inputs:
         tok = AutoTokenizer.from_pretrained(path)
         style = getattr(AutoConfig.from_pretrained(path), "prompt_style", None) or \
             ("chat" if tok.chat_template else "plain")
+        for flag, (tiny, pretrained) in MODEL_DEFAULTS.items():  # flags left at None
+            if getattr(args, flag) is None:
+                setattr(args, flag, tiny if style == "compact" else pretrained)
         if args.data and args.algo == "topr":
             train = topr_rows(args.data, task, tok, style)
         elif args.data:
@@ -570,8 +577,10 @@ def evaluate(path: str, inp: Inputs, args) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tok = common.load_model(path, device=device)
     engine = common.make_engine("auto", model, tok, path, seed=args.seed)
-    configs = {"greedy": common.SamplingConfig(1, args.max_new_tokens, 0.0),
-               "sampled": common.SamplingConfig(args.eval_k, args.max_new_tokens, seed=0)}
+    configs = {"greedy": common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens,
+                                               temperature=0.0),
+               "sampled": common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens,
+                                                seed=0)}
     metrics = {}
     for n, (problems, prompts) in inp.eval_sets.items():
         metrics.update(scoring.evaluate(engine, inp.task, problems, prompts, configs,

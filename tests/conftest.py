@@ -9,6 +9,7 @@ import torch
 
 os.environ.setdefault("TORCH_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(int(os.environ["TORCH_THREADS"]))  # before any test, -m paper too
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # noqa: E402

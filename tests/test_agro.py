@@ -1,6 +1,12 @@
-"""agro.py: the estimators on hand-computed tensors, the paper's Fig. 1 and the on-policy
-characterisation on tabular bandits, the per-token vs sequence KL on a depth-2 tree, one step on a
-hand-checked case, learning, kill-and-resume, offline data, the vLLM sync, bad input."""
+"""agro.py's tests. First the paper's claims on pure functions (marked `paper`: no model, seconds;
+`python -m pytest -q -m paper tests/test_agro.py` runs them alone), each naming its equation: the
+estimators on hand-computed tensors (§3.1, Eqs. 4-6), the consistency loss (Eq. 3, Lemma 3),
+Theorem 1, Fig. 1 and Fig. 6 and Proposition 4 on tabular bandits, the on-policy threshold, the
+per-token vs sequence KL on a depth-2 tree, one step on a hand-checked case. Then the script on the
+tiny model: learning, kill-and-resume, offline data, the vLLM sync, bad input, faults.
+
+[AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
+       2025, arXiv:2503.19612 (our copy lost its equations: docs/DERIVATIONS.md rebuilds them)."""
 import itertools
 import json
 import math
@@ -22,10 +28,20 @@ from tasks import countdown
 f64 = torch.float64
 
 
+def consistency_loss(rewards, h, beta):
+    """[AGRO] Eq. 3 on samples of nu: 1/2 Var_nu[r_pi] as the mean over prompts of
+    1/2 s^2(r - beta h), ddof 1, with the gradient flowing through h.  rewards, h: [B, n]"""
+    return 0.5 * (rewards - beta * h).var(-1, unbiased=True).mean()
+
+
 # -------------------------------------------------------------------------------------------------
-# Hand-computed tensors
+# The paper's claims on pure functions (pytest -m paper): no model, seconds
 # -------------------------------------------------------------------------------------------------
-def test_weights_on_hand_computed_tensors():
+@pytest.mark.paper
+def test_weights_of_eqs_4_to_6_on_hand_computed_tensors():
+    """§3.1 r_pi = r - beta sg(h); Eq. 4 b_i = 1/(n-1) sum_{j != i} r_pi,j, weights r_pi,i - b_i;
+    Eqs. 5-6 w_i / beta = (r_pi,i - b_i) - lambda_LR/(2 beta) [(r_pi,i - b_i)^2 - v_i] for each v_i;
+    lambda_LR = 0 gives Eq. 4's; n < 2 (and n < 3 for v_i = "var") refused."""
     r = torch.tensor([[1.0, 0.0, 0.0, 1.0]], dtype=f64)
     h = torch.tensor([[0.5, -0.5, 0.0, 1.0]], dtype=f64, requires_grad=True)
     # r - 0.2 h = [0.9, 0.1, 0, 0.8], no gradient to h
@@ -47,31 +63,48 @@ def test_weights_on_hand_computed_tensors():
         w = agro.agro_onpolicy_weights(rpi, beta=0.2, lambda_lr=0.5, lr_baseline=base)
         assert torch.allclose(w, adv - 0.5 * 0.5 * (sq - v) / 0.2), base
     # lambda_LR = 0: the off-policy weights
-    assert torch.equal(agro.agro_onpolicy_weights(rpi, 0.2, 0.0), adv)
+    torch.testing.assert_close(agro.agro_onpolicy_weights(rpi, beta=0.2, lambda_lr=0.0), adv)
     with pytest.raises(ValueError, match="n >= 2"):
         agro.agro_offpolicy_weights(torch.ones(3, 1))
     with pytest.raises(ValueError, match="n >= 3"):
-        agro.agro_onpolicy_weights(torch.ones(3, 2), 0.1, 1.0, "var")
+        agro.agro_onpolicy_weights(torch.ones(3, 2), beta=0.1, lambda_lr=1.0, lr_baseline="var")
 
 
-def test_losses_on_hand_computed_tensors():
+def _two_sequences():
+    """log pi per token of two sequences (3 and 1 tokens, then padding) and their mask."""
     logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-3.0, 0.0, 0.0]], requires_grad=True)
-    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    return logprobs, torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+
+
+@pytest.mark.paper
+def test_agro_loss_is_minus_the_weighted_log_likelihood_in_each_normalisation():
+    """The surrogate of Eqs. 4-6, -mean_i sg(w_i) log pi(y_i): seq (sum over tokens, mean over
+    sequences), seq/len, token; padding gets no gradient."""
+    logprobs, mask = _two_sequences()
     w = torch.tensor([1.0, -1.0])
-    assert agro.agro_loss(logprobs, mask, w, "seq").item() == pytest.approx(-(1 * -3 + -1 * -3) / 2)
-    assert agro.agro_loss(logprobs, mask, w, "seq/len").item() == pytest.approx(
+    assert agro.agro_loss(logprobs, mask, w, norm="seq").item() == pytest.approx(
+        -(1 * -3 + -1 * -3) / 2)
+    assert agro.agro_loss(logprobs, mask, w, norm="seq/len").item() == pytest.approx(
         -(-3 / 2 + 3 / 1) / 2)
-    assert agro.agro_loss(logprobs, mask, w, "token").item() == pytest.approx(-(-1 - 2 + 3) / 3)
-    agro.agro_loss(logprobs, mask, w, "seq").backward()
+    assert agro.agro_loss(logprobs, mask, w, norm="token").item() == pytest.approx(
+        -(-1 - 2 + 3) / 3)
+    agro.agro_loss(logprobs, mask, w, norm="seq").backward()
     # padding gets no gradient
-    assert logprobs.grad.tolist() == [[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]))
+
+
+@pytest.mark.paper
+def test_klpg_loss_adds_the_differentiated_token_kl_on_offline_groups():
+    """§8.2's KL-PG on an offline group: -1/(B n) sum_i (r_i - b^r_i) log pi(y_i) + beta/(B n)
+    sum_i sum_t KL_t(y_i), KL_t = sum_v pi log(pi/pi_ref) over the vocabulary (token_kl)."""
+    logprobs, mask = _two_sequences()
     # KL-PG: raw rewards [1, 0] in one group -> advantages [1, -1]; the KL term is differentiated
     # junk on padding: masked out
     kl = torch.tensor([[0.1, 0.2, 5.0], [0.3, 7.0, 7.0]], requires_grad=True)
     loss = agro.klpg_loss(logprobs, mask, torch.tensor([[1.0, 0.0]]), kl, beta=0.5, norm="seq")
     assert loss.item() == pytest.approx(0.0 + 0.5 * (0.3 + 0.3) / 2)
     loss.backward()
-    assert kl.grad.tolist() == [[0.25, 0.25, 0.0], [0.25, 0.0, 0.0]]
+    torch.testing.assert_close(kl.grad, torch.tensor([[0.25, 0.25, 0.0], [0.25, 0.0, 0.0]]))
     # exact token KL: sum_v p (log p - log q) at every unmasked position
     p, q = torch.tensor([0.5, 0.25, 0.25]).log(), torch.tensor([0.25, 0.25, 0.5]).log()
     logp_all, ref_all = torch.stack([p, q])[None], torch.stack([q, q])[None]  # [1, 2, 3]
@@ -83,11 +116,13 @@ def test_losses_on_hand_computed_tensors():
 # Tabular bandits: each arm is a one-token "sequence" with its own logit
 # -------------------------------------------------------------------------------------------------
 def kl_div(logits, target_logp):
+    """KL(softmax(logits) || exp(target_logp)), exact over the arms."""
     lp = torch.log_softmax(logits, -1)
     return (lp.exp() * (lp - target_logp)).sum(-1)
 
 
 def bandit(seed, K=6, beta=0.3):
+    """A random K-arm bandit: (pi_ref's logits, log pi_ref, rewards, log pi* of Eq. 2)."""
     g = torch.Generator().manual_seed(seed)
     ref = torch.randn(K, generator=g, dtype=f64)
     r = torch.rand(K, generator=g, dtype=f64)
@@ -115,14 +150,16 @@ def expected_grad(theta, ref_logp, r, beta, mu, n, kind, lam=1.0, base="none"):
     else:
         rpi = agro.regularised_rewards(r[arms], logp[arms] - ref_logp[arms], beta)
         w = (agro.agro_offpolicy_weights(rpi) if kind == "off"
-             else agro.agro_onpolicy_weights(rpi, beta, lam, base))
+             else agro.agro_onpolicy_weights(rpi, beta, lambda_lr=lam, lr_baseline=base))
         loss = agro.agro_loss(lp, mask, w.reshape(-1))
     loss.backward()
     return th.grad
 
 
+@pytest.mark.paper
 def test_offpolicy_weights_are_the_gradient_of_the_sample_variance():
-    """mean_i (r_pi,i - b_i) grad log pi(y_i) = -(1/beta) grad 1/2 s^2(r_pi), to 1e-9."""
+    """Lemma 3, Eqs. 3-4: mean_i (r_pi,i - b_i) grad log pi(y_i) = -(1/beta) grad 1/2 s^2(r_pi),
+    the consistency loss on the samples, to 1e-9."""
     ref, ref_logp, r, _ = bandit(0)
     beta = 0.3
     theta = ref + torch.randn(6, generator=torch.Generator().manual_seed(1), dtype=f64)
@@ -134,30 +171,32 @@ def test_offpolicy_weights_are_the_gradient_of_the_sample_variance():
     agro.agro_loss(lp.reshape(-1, 1), torch.ones(20, 1, dtype=f64),
                    agro.agro_offpolicy_weights(rpi).reshape(-1)).backward()
     lp2 = torch.log_softmax(th2, -1)[arms]
-    (agro.consistency_loss(r[arms], lp2 - ref_logp[arms], beta) / beta).backward()
+    (consistency_loss(r[arms], lp2 - ref_logp[arms], beta) / beta).backward()
     assert (th1.grad - th2.grad).abs().max().item() < 1e-9
     assert th1.grad.abs().max().item() > 1e-2  # not trivially zero
 
 
+@pytest.mark.paper
 def test_weights_vanish_at_the_optimum():
-    """At pi = pi*, r_pi is the same for every generation (Theorem 1): every weight is 0, any
-    samples."""
+    """Theorem 1: at pi = pi* (Eq. 2), r_pi is the same for every generation, so every weight of
+    Eq. 4 and of Eqs. 5-6 is 0, whatever the samples."""
     _, ref_logp, r, star = bandit(0)
     arms = torch.randint(0, 6, (50, 4), generator=torch.Generator().manual_seed(3))
     rpi = agro.regularised_rewards(r[arms], star[arms] - ref_logp[arms], 0.3)
     assert agro.agro_offpolicy_weights(rpi).abs().max().item() < 1e-9
     for base in ("none", "var", "paper"):
-        assert agro.agro_onpolicy_weights(rpi, 0.3, 1.0, base).abs().max().item() < 1e-9
+        assert agro.agro_onpolicy_weights(rpi, 0.3, 1.0, lr_baseline=base).abs().max().item() < 1e-9
     assert expected_grad(star, ref_logp, r, 0.3, None, 3, "on",
                          base="var").abs().max().item() < 1e-9
 
 
+@pytest.mark.paper
 def test_fig1_offpolicy_agro_reaches_pi_star_klpg_does_not():
-    """Paper Fig. 1 on a 6-arm bandit (beta 0.3, seed 1), data from mu in {uniform, pi_ref}, n = 2,
-    the exact expected update of each loss, lr 0.5. AGRO: KL(pi || pi*) < 1e-10 within 1000 steps.
-    KL-PG settles at a different policy (seen: KL 0.0646 with uniform mu, 0.0614 with mu = pi_ref)
-    and sends the lowest-reward arm to probability ~0. (Seed 0, mu = pi_ref, is slower for AGRO:
-    1.3e-4 at 1000 steps, 4e-13 at 5000.)"""
+    """[AGRO] Fig. 1, Eq. 4 against §8.2's KL-PG on a 6-arm bandit (beta 0.3, seed 1), data from mu
+    in {uniform, pi_ref}, n = 2, the exact expected update of each loss, lr 0.5. AGRO:
+    KL(pi || pi*) < 1e-10 within 1000 steps. KL-PG settles at a different policy (seen: KL 0.0646
+    with uniform mu, 0.0614 with mu = pi_ref) and sends the lowest-reward arm to probability ~0.
+    (Seed 0, mu = pi_ref, is slower for AGRO: 1.3e-4 at 1000 steps, 4e-13 at 5000.)"""
     ref, ref_logp, r, star = bandit(1)
     for mu in (torch.full((6,), 1 / 6, dtype=f64), ref_logp.exp()):
         theta = ref.clone()
@@ -173,6 +212,7 @@ def test_fig1_offpolicy_agro_reaches_pi_star_klpg_does_not():
         assert torch.softmax(theta, -1)[r.argmin()].item() < 1e-6
 
 
+@pytest.mark.paper
 def test_fig6_larger_beta_moves_less_gains_less_and_gains_more_a_nat():
     """[AGRO] Fig. 6 (§8.3) on a 6-arm bandit: the off-policy AGRO weights on on-policy samples
     (which §8.1 makes the KL-regularised policy gradient), the exact expected update (n = 3, lr
@@ -193,10 +233,11 @@ def test_fig6_larger_beta_moves_less_gains_less_and_gains_more_a_nat():
     assert gains[0] / kls[0] < gains[1] / kls[1] < gains[2] / kls[2], (gains, kls)
 
 
+@pytest.mark.paper
 def test_sampled_offpolicy_agro_converges_exactly():
-    """Stochastic version: n = 4 samples a step from mu = pi_ref, lr 0.4, 8k steps, 5 bandits (seeds
-    0-4) run side by side as 5 "prompts": the gradient vanishes exactly at pi*, so
-    KL(pi || pi*) < 1e-10 on all."""
+    """Eq. 4 sampled (Theorem 2: pi* is the consistency loss's only zero): n = 4 samples a step from
+    mu = pi_ref, lr 0.4, 8k steps, 5 bandits (seeds 0-4) run side by side as 5 "prompts": the
+    gradient vanishes exactly at pi*, so KL(pi || pi*) < 1e-10 on all."""
     bandits = [bandit(s) for s in range(5)]
     ref = torch.stack([b[0] for b in bandits])
     ref_logp, r, star = (torch.stack([b[i] for b in bandits]) for i in (1, 2, 3))
@@ -213,10 +254,11 @@ def test_sampled_offpolicy_agro_converges_exactly():
     assert kl_div(theta, star).max().item() < 1e-10
 
 
+@pytest.mark.paper
 def test_onpolicy_estimator_is_unbiased():
-    """E[loss gradient] over every 3-tuple sampled from pi = (1/beta) grad L_on, L_on = 1/2
-    Var_pi[r_pi] with the gradient through the sampling distribution and h (Proposition 4), for
-    v = 0 and v = var of the others; the paper's y_i-dependent baseline is biased."""
+    """Proposition 4, Eqs. 5-6: E[loss gradient] over every 3-tuple sampled from pi is
+    (1/beta) grad L_on, L_on = 1/2 Var_pi[r_pi] with the gradient through the sampling distribution
+    and h, for v = 0 and v = var of the others; the paper's y_i-dependent baseline is biased."""
     ref, ref_logp, r, _ = bandit(0)
     beta = 0.3
     theta = (ref + torch.randn(6, generator=torch.Generator().manual_seed(4),
@@ -237,10 +279,12 @@ def test_onpolicy_estimator_is_unbiased():
                                "off")).abs().max() < 1e-12
 
 
+@pytest.mark.paper
 def test_onpolicy_baselines_centre_the_weights():
-    """The expected mean weight of a group, over every 4-tuple drawn from pi, is -(lambda/2 beta)
-    n/(n-1) Var with v = 0 (a push on every sampled sequence that only the score's zero mean
-    cancels); the "var" and "paper" baselines bring it to 0 (agro_onpolicy_weights' docstring)."""
+    """Eqs. 5-6's v_i: the expected mean weight of a group, over every 4-tuple drawn from pi, is
+    -(lambda/2 beta) n/(n-1) Var with v = 0 (a push on every sampled sequence that only the score's
+    zero mean cancels); the "var" and "paper" baselines bring it to 0 (agro_onpolicy_weights'
+    docstring)."""
     ref, ref_logp, r, _ = bandit(0)
     beta, n = 0.3, 4
     logp = torch.log_softmax(
@@ -253,19 +297,21 @@ def test_onpolicy_baselines_centre_the_weights():
 
     # E over groups of mean_i w_i / beta, minus the lambda = 0 part (which is 0)
     def mean_weight(base):
-        return (prob * agro.agro_onpolicy_weights(rpi, beta, 1.0, base).mean(-1)).sum().item()
+        weights = agro.agro_onpolicy_weights(rpi, beta, 1.0, lr_baseline=base)  # [G, n]
+        return (prob * weights.mean(-1)).sum().item()
 
     assert mean_weight("none") == pytest.approx(-0.5 / beta * n / (n - 1) * var.item(), rel=1e-9)
     assert abs(mean_weight("var")) < 1e-12 and abs(mean_weight("paper")) < 1e-12
 
 
+@pytest.mark.paper
 def test_onpolicy_characterisation_rare_correct_answer():
-    """docs/DERIVATIONS.md (on-policy threshold): 10 arms, one correct (reward 1, pi_ref mass 0.05),
-    the exact expected on-policy update (n = 2, lr 1, 1000 steps). lambda_LR = 1: beta = 1 converges
-    to pi*; beta 0.3 and 0.1 drive the correct arm from 0.05 to < 1e-3 (seen 1.2e-4, 9e-5), a
-    spurious zero-variance policy. lambda_LR = 0 (the pathwise term alone, RLOO with the KL in the
-    reward) converges at every beta. And at pi = pi_ref the correct arm's logit moves by
-    p(1-p)(beta - 1/2 + p)/beta: up iff p > 1/2 - beta."""
+    """Eqs. 5-6 and the on-policy threshold (docs/DERIVATIONS.md): 10 arms, one correct (reward 1,
+    pi_ref mass 0.05), the exact expected on-policy update (n = 2, lr 1, 1000 steps). lambda_LR = 1:
+    beta = 1 converges to pi*; beta 0.3 and 0.1 drive the correct arm from 0.05 to < 1e-3 (seen
+    1.2e-4, 9e-5), a spurious zero-variance policy. lambda_LR = 0 (the pathwise term alone, RLOO
+    with the KL in the reward) converges at every beta. And at pi = pi_ref the correct arm's logit
+    moves by p(1-p)(beta - 1/2 + p)/beta: up iff p > 1/2 - beta."""
     K = 10
     r = torch.zeros(K, dtype=f64)
     r[0] = 1.0
@@ -295,10 +341,12 @@ def test_onpolicy_characterisation_rare_correct_answer():
             assert up == pytest.approx(p * (1 - p) * (beta - 0.5 + p) / beta, abs=1e-12)
 
 
+@pytest.mark.paper
 def test_onpolicy_threshold_for_any_two_reward_levels():
-    """docs/DERIVATIONS.md: rewards a (correct) and b (otherwise), success rate p at pi = pi_ref:
-    the correct logit's expected on-policy change is p(1-p)|a-b| [1 - |a-b|(1/2 - p)/beta], so it
-    rises iff p > 1/2 - beta/|a-b| (Countdown's original reward: a - b = 0.9). b itself cancels."""
+    """Eqs. 5-6, the on-policy threshold (docs/DERIVATIONS.md): rewards a (correct) and b
+    (otherwise), success rate p at pi = pi_ref: the correct logit's expected on-policy change is
+    p(1-p)|a-b| [1 - |a-b|(1/2 - p)/beta], so it rises iff p > 1/2 - beta/|a-b| (Countdown's
+    original reward: a - b = 0.9). b itself cancels."""
     K = 10
     for a, b in [(1.0, 0.1), (1.0, -0.2), (2.0, 0.5)]:
         r = torch.full((K,), b, dtype=f64)
@@ -315,12 +363,13 @@ def test_onpolicy_threshold_for_any_two_reward_levels():
                 assert (up > 0) == (p > 0.5 - beta / d)
 
 
+@pytest.mark.paper
 def test_default_lambda_lr_puts_every_prompt_above_the_onpolicy_threshold():
-    """agro.py's default lambda_LR = beta/2 (docs/DERIVATIONS.md): with a weight lambda on g_LR the
-    correct logit's expected change at pi = pi_ref is p(1-p) d [1 - lambda d (1/2 - p)/beta],
-    = p(1-p) d [1 - d (1/2 - p)/2] > 0 for every p when d <= 4, whatever beta. The rare correct arm
-    (pi_ref mass 0.05) that lambda_LR = 1 drives below 1e-3 at beta 0.1 is learned (pi* gives it
-    0.9991)."""
+    """Eqs. 5-6 with a weight lambda on g_LR, at agro.py's default lambda_LR = beta/2
+    (docs/DERIVATIONS.md): the correct logit's expected change at pi = pi_ref is
+    p(1-p) d [1 - lambda d (1/2 - p)/beta] = p(1-p) d [1 - d (1/2 - p)/2] > 0 for every p when
+    d <= 4, whatever beta. The rare correct arm (pi_ref mass 0.05) that lambda_LR = 1 drives below
+    1e-3 at beta 0.1 is learned (pi* gives it 0.9991)."""
     K = 10
 
     def ref_with(p):
@@ -419,13 +468,14 @@ def depth2_expectations(t1, t2, ref1, ref2, r, beta, n=3):
     return out
 
 
+@pytest.mark.paper
 def test_depth2_klpg_per_token_form_is_biased_on_policy_sequence_form_is_not():
-    """Two-token responses, samples from pi itself (n = 3, every 3-tuple of the 9 responses
-    enumerated): the expected ascent of AGRO's Eq. 4 weights and of the sequence-KL PG (what --loss
-    klpg does on on-policy groups) equals the exact grad of E[r] - beta KL(pi || pi_ref) to 1e-12;
-    on-policy AGRO equals (1/beta) grad of -L_on. Per-token KL-PG is exact on the second-token
-    logits but off on the first-token ones by exactly the dropped score term beta E[grad log pi(a)
-    KL(pi(.|a) || pi_ref(.|a))]."""
+    """§8's KL-PG against Eq. 1's gradient and Eqs. 4-6 on two-token responses, samples from pi
+    itself (n = 3, every 3-tuple of the 9 responses enumerated): the expected ascent of AGRO's Eq. 4
+    weights and of the sequence-KL PG (what --loss klpg does on on-policy groups) equals the exact
+    grad of E[r] - beta KL(pi || pi_ref) to 1e-12; on-policy AGRO equals (1/beta) grad of -L_on.
+    Per-token KL-PG is exact on the second-token logits but off on the first-token ones by exactly
+    the dropped score term beta E[grad log pi(a) KL(pi(.|a) || pi_ref(.|a))]."""
     beta = 0.3
     t1, t2, ref1, ref2, r = depth2_tree(0)
     e = depth2_expectations(t1, t2, ref1, ref2, r, beta)
@@ -473,34 +523,39 @@ def _one_step(loss, online, rewards=(1.0, 0.0)):
     model, ref = Unigram([0.0, 0.0]), Unigram([math.log(1 / 4), math.log(3 / 4)])
     lp = [[math.log(0.5)], [math.log(0.5)]] if online else None
     group = agro.Group([0], [[0], [1]], list(rewards), ["correct", "wrong"], lp, online)
-    row = agro.agro_step(model, ref, torch.optim.SGD(model.parameters(), lr=1.0), [group], args,
-                         0, 0)
-    return model.logits.detach(), row
+    metrics = agro.agro_step(model, ref, torch.optim.SGD(model.parameters(), lr=1.0), [group],
+                             args, step=0, pad_id=0)
+    return model.logits.detach(), metrics
 
 
+@pytest.mark.paper
 @pytest.mark.parametrize("loss,online",
                          [("agro", False), ("agro", True), ("klpg", True), ("klpg", False)])
 def test_agro_step_on_a_hand_checked_case(loss, online):
-    """h = (log 2, log 2/3), r_pi = r - h = (1 - log 2, log 3/2), weights +-(1 - log 3): the correct
-    token's logit moves by (1 - log 3)/2 = -0.0493 (DOWN: pi already exceeds pi* = pi_ref e^r / Z
-    there). With r + beta h it would move by (1 + log 3)/2 = +1.05. The on-policy LR term has equal
-    weights in a pair and cancels; KL-PG on on-policy groups is the same computation. KL-PG on
-    offline groups: advantages +-1 and the per-token KL differentiated: 1/2 - 1/2 log 2 + 1/4 log
-    4/3 = +0.225."""
-    logits, row = _one_step(loss, online)
+    """One step of Eq. 4 (and Eqs. 5-6, §8's KL-PG) by hand: h = (log 2, log 2/3),
+    r_pi = r - h = (1 - log 2, log 3/2), weights +-(1 - log 3): the correct token's logit moves by
+    (1 - log 3)/2 = -0.0493 (DOWN: pi already exceeds pi* = pi_ref e^r / Z there). With r + beta h
+    it would move by (1 + log 3)/2 = +1.05. The on-policy LR term has equal weights in a pair and
+    cancels; KL-PG on on-policy groups is the same computation. KL-PG on offline groups: advantages
+    +-1 and the per-token KL differentiated: 1/2 - 1/2 log 2 + 1/4 log 4/3 = +0.225."""
+    logits, metrics = _one_step(loss, online)
     expected = (0.5 - 0.5 * math.log(2) + 0.25 * math.log(4 / 3)
                 if (loss, online) == ("klpg", False)
                 else (1 - math.log(3)) / 2)
     assert logits.tolist() == pytest.approx([expected, -expected], abs=1e-6)
     kl = 0.5 * math.log(4 / 3)  # mean h over the two samples = KL(pi || pi_ref) here
-    assert row["reward"] == 0.5 and row["accuracy"] == 0.5 and row["samples"] == 2
+    assert metrics["reward"] == pytest.approx(0.5) and metrics["accuracy"] == pytest.approx(0.5)
+    assert metrics["samples"] == 2
     if online:
-        assert row["kl"] == pytest.approx(kl, abs=1e-6) and row["logprob_gap"] < 1e-6
+        assert metrics["kl"] == pytest.approx(kl, abs=1e-6) and metrics["logprob_gap"] < 1e-6
     else:
-        assert row["h_offline_retokenised"] == pytest.approx(kl, abs=1e-6)
-        assert "logprob_gap" not in row
+        assert metrics["h_offline_retokenised"] == pytest.approx(kl, abs=1e-6)
+        assert "logprob_gap" not in metrics
 
 
+# -------------------------------------------------------------------------------------------------
+# A step's fault (no model)
+# -------------------------------------------------------------------------------------------------
 def test_nonfinite_loss_stops_before_the_weights_change(capsys):
     """A nan reward makes the loss nan: exit status 1, one line naming the step, logits
     untouched."""
@@ -513,7 +568,7 @@ def test_nonfinite_loss_stops_before_the_weights_change(capsys):
     group = agro.Group([0], [[0], [1]], [float("nan"), 0.0], ["correct", "wrong"], None, False)
     with pytest.raises(SystemExit):
         agro.agro_step(model, Unigram([0.0, 1.0]), torch.optim.SGD(model.parameters(), lr=1.0),
-                       [group], args, 0, 0)
+                       [group], args, step=0, pad_id=0)
     assert model.logits.tolist() == [0.0, 0.0]
 
 

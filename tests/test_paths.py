@@ -34,3 +34,29 @@ def test_every_path_a_file_names_exists():
                if not os.path.exists(os.path.join(ROOT, path))
                and not PLACEHOLDERS & set(re.split(r"[-./]", path))}
     assert not missing, f"named but missing: {missing}"
+
+
+def test_every_test_a_file_names_exists():
+    """A test named in a doc or a docstring (`test_...` beyond a module's name) is defined: a
+    renamed test leaves no reference behind."""
+    defined = set()
+    for name in os.listdir(os.path.join(ROOT, "tests")):
+        if name.startswith("test_") and name.endswith(".py"):
+            defined.add(name[:-3])  # the module itself
+            with open(os.path.join(ROOT, "tests", name), encoding="utf-8") as f:
+                defined |= set(re.findall(r"^def (test_\w+)", f.read(), re.M))
+    assert "test_every_test_a_file_names_exists" in defined  # the pattern finds what it is for
+    listed = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True,
+                            text=True)
+    if listed.returncode:
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    missing = {}
+    for name in listed.stdout.split():
+        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+            # in code, only a name in backticks or after `::` (else a variable such as test_rows);
+            # a name cut at a line's end (`..._positive_` then `elsewhere`) is left out
+            where = r"\b" if name.endswith(".md") else r"(?:::|`)"
+            for test in re.findall(where + r"(test_\w*[a-z0-9])\b(?!_)", f.read()):
+                if test not in defined:
+                    missing.setdefault(test, []).append(name)
+    assert not missing, f"named but not defined: {missing}"

@@ -199,7 +199,8 @@ def smollm2_vllm(smollm2_path):
 
 
 def _gap(engine, model, tok, bf16=False) -> float:
-    """The largest |engine - trainer| log-prob of a token in seeded samples of 3 Countdown prompts."""
+    """The largest |engine - trainer| log-prob of a token in seeded samples of 3 Countdown
+    prompts."""
     from tasks import countdown
     problems = countdown.get_problems("test", 3, size=3, seed=0)
     prompts = common.encode_prompts(countdown, problems, tok, "chat")

@@ -1,4 +1,5 @@
-"""sft.py: the loss, the schedule, learning, an end-to-end run, resume, and bad input."""
+"""sft.py: first the paper's claims on pure functions (-m paper), then the data, learning, an
+end-to-end run, resume, and bad input."""
 import json
 import os
 import subprocess
@@ -16,7 +17,11 @@ from tasks import countdown
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_loss_on_hand_computed_tensors():
+# ---- The paper's claims on pure functions: no model, seconds (pytest tests/test_sft.py -m paper)
+@pytest.mark.paper
+def test_eq1_counts_completion_tokens_only_and_normalises_by_tokens_or_sequences():
+    """[CR] Eq. 1, L = -(1/N) sum_i log P(y_i | x_i): padding is masked out, whatever it holds;
+    `token` divides the sum by the completion tokens, `seq` (Eq. 1 as written) by the sequences."""
     logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-3.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     assert sft.sft_loss(logprobs, mask, "token").item() == pytest.approx(6 / 3)
@@ -25,17 +30,24 @@ def test_loss_on_hand_computed_tensors():
     assert sft.sft_loss(logprobs + (1 - mask) * -50, mask, "token").item() == pytest.approx(2.0)
 
 
-def test_seq_is_length_times_token_for_equal_lengths():
+@pytest.mark.paper
+def test_eq1_per_sequence_is_length_times_per_token_for_equal_lengths():
+    """[CR] Eq. 1: with every completion L tokens long, the `seq` loss is L times the `token`
+    loss."""
     logprobs, mask = -torch.rand(4, 7), torch.ones(4, 7)
     assert sft.sft_loss(logprobs, mask, "seq").item() == pytest.approx(
         7 * sft.sft_loss(logprobs, mask, "token").item())
 
 
-def test_schedule_matches_the_report():
+@pytest.mark.paper
+def test_lr_warms_up_linearly_then_decays_by_cosine_to_zero():
+    """[CR] §4.4, 500 warm-up steps then cosine annealing: lr(s) = peak s / 500 for s < 500, then
+    peak (1 + cos(pi (s - 500) / (total - 500))) / 2, 0 at the last step."""
     lr = [1e-5 * sft.lr_lambda(s, 500, 5000) for s in (0, 250, 500, 2750, 5000)]
     assert lr == pytest.approx([0.0, 5e-6, 1e-5, 5e-6, 0.0], abs=1e-12)
 
 
+# ---- The rest: the data, learning, runs, resume and bad input ------------------------------------
 def test_tiny_model_memorises_four_examples(tiny):
     model, tok = tiny
     model.train()
@@ -125,7 +137,7 @@ def test_data_file_rows_give_problems_and_completions(tmp_path):
     data = _write(tmp_path, "d.jsonl",
                   '{"nums": [1, 2], "target": 3, "completion": "<answer>1+2</answer>"}'
                   '\n\n{"nums": [2, 2], "target": 4, "query": "x", "completion": "c"}\n')
-    problems, completions, given = sft.data_examples(countdown, sft.data_rows(data), data)
+    problems, completions, given = sft.read_data(countdown, data)
     assert problems == [{"nums": [1, 2], "target": 3}, {"nums": [2, 2], "target": 4}]
     assert completions == ["<answer>1+2</answer>", "c"] and given == [None, "x"]
 

@@ -1,6 +1,6 @@
-"""spo.py: the cumulative Q-parameterization (Theorem 2.2 on the real tiny model), Q0_hat, the
-losses, a tabular convergence check, learning, offline data, the Q0 cache, exact resume, faults and
-bad input.
+"""spo.py: first the paper's claims on pure functions (-m paper: the Q-parameterization, Q0_hat,
+the losses, a tabular convergence check), then Theorem 2.2 on the tiny model, then the script:
+learning, offline data, the Q0 cache, exact resume, faults and bad input.
 
 [SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
 for Sequence Models", 2025, arXiv:2503.05453."""
@@ -24,6 +24,276 @@ from tasks import countdown
 BETA = spo.BETA
 
 
+# ---- The paper's claims on pure functions: no model, seconds (pytest tests/test_spo.py -m paper)
+@pytest.mark.paper
+def test_q0_hat_is_the_soft_value_of_the_success_rate():
+    """§3.1.3, Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}) = beta log E_{pi_0} e^{r/beta} for r in
+    {0, -1}, at beta = 1/ln 1e5, against values computed by hand."""
+    s = torch.tensor([0, 1, 200, 400, 800])
+    q0 = spo.q0_from_successes(s, torch.full_like(s, 800), BETA)
+    assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0],
+                                           dtype=torch.float64), atol=1e-5)
+
+
+@pytest.mark.paper
+def test_q_is_path_consistent_and_right_padding_changes_nothing():
+    """Theorem 2.3 (Eq. 8), sum_{t=t1..tk} A_t = Q_tk - Q_{t1-1} on every interval of Q_t = Q0_hat
+    + sum_{t'<=t} A_t' (Eqs. 11-12), and Q_T = Q0_hat + beta (LP - LP_0) (Eq. 13); Q is fp32;
+    padding on the right changes neither Q nor any loss."""
+    g = torch.Generator().manual_seed(0)
+    lp, ref = (-torch.rand(3, 6, generator=g, dtype=torch.float64),
+               -torch.rand(3, 6, generator=g, dtype=torch.float64))
+    mask = torch.tensor([[1.0] * 6, [1.0] * 4 + [0.0] * 2, [1.0] + [0.0] * 5])
+    q0 = torch.tensor([-0.1, -0.5, -1.0])
+    q, q_T = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
+    assert q.dtype == torch.float32
+    a = BETA * (lp - ref) * mask
+    # Theorem 2.3 on every interval, and Q_T = Q0 + beta (LP - LP_0)
+    for i, n in enumerate([6, 4, 1]):
+        assert q_T[i].item() == pytest.approx(q0[i].item() + a[i, :n].sum().item(), abs=1e-6)
+        for t1 in range(1, n + 1):
+            for t2 in range(t1, n + 1):
+                before = q[i, t1 - 2] if t1 > 1 else q0[i]
+                assert (q[i, t2 - 1] - before).item() == pytest.approx(a[i, t1 - 1:t2].sum().item(),
+                                                                      abs=1e-6)
+    # padding on the right changes nothing
+    pad = torch.zeros(3, 3, dtype=torch.float64)
+    q2, q_T2 = spo.cumulative_q(torch.cat([lp * mask, pad], 1), torch.cat([ref * mask, pad], 1),
+                                torch.cat([mask, pad.float()], 1), q0, BETA)
+    torch.testing.assert_close(q_T2, q_T)
+    torch.testing.assert_close(q2[:, :6], q)
+    r = torch.tensor([0.0, -1.0, -1.0])
+    for objective in ("terminal", "nonterminal", "advantage"):
+        for loss in ("sq", "ce"):
+            assert spo.spo_loss(q2, q_T2, torch.cat([mask, pad.float()], 1), q0, r, BETA, objective,
+                                loss).item() == \
+                pytest.approx(spo.spo_loss(q, q_T, mask, q0, r, BETA, objective, loss).item(),
+                              abs=1e-6)
+
+
+def _terminal(q_T, r, objective="terminal", loss="sq", q0=-0.4):
+    q_T = torch.as_tensor(q_T, dtype=torch.float32).reshape(-1)
+    n = q_T.numel()
+    return spo.spo_loss(q_T[:, None], q_T, torch.ones(n, 1), torch.full((n,), q0),
+                        torch.full((n,), float(r)), BETA, objective, loss)
+
+
+def _bernoulli_kl(p, q):
+    """KL(Bernoulli(p) || Bernoulli(q)) in float64, from its definition."""
+    return sum(a * math.log(a / b) for a, b in ((p, q), (1 - p, 1 - q)) if a > 0)
+
+
+def _sigmoid(u):
+    return 1 / (1 + math.exp(-u))
+
+
+def _closed_form(objective, loss, q_T, r, q0=-0.4):
+    """What the paper's definitions give for one one-token trajectory (T = 1, so Q_1 = Q_T): the
+    squared error (q - r)^2; the cross-entropy on Q/beta minus the target's entropy, i.e. the binary
+    KL between Bernoulli targets x = e^{r/beta} and predictions e^{q/beta} (for q/beta <= -eps,
+    where the clip is inactive); advantage regression: sigmoid-warped, the binary KL between
+    sigmoid(r - Q0) and sigmoid(q - Q0) whatever --loss says (the paper uses it only with warping
+    and cross-entropy, §3.1.2)."""
+    if objective == "advantage":
+        return _bernoulli_kl(_sigmoid(r - q0), _sigmoid(q_T - q0))
+    if loss == "sq":
+        return (q_T - r) ** 2
+    return _bernoulli_kl(math.exp(r / BETA), math.exp(q_T / BETA))
+
+
+@pytest.mark.paper
+@pytest.mark.parametrize("objective,loss", [("terminal", "sq"), ("terminal", "ce"),
+                                            ("advantage", "sq"), ("advantage", "ce"),
+                                            ("nonterminal", "sq"), ("nonterminal", "ce")])
+@pytest.mark.parametrize("r", [0.0, -1.0])
+def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objective, loss, r):
+    """§3.1.1-3.1.2, L(Q_T, r) for L = (y_hat - y)^2, the clipped cross-entropy on Q/beta minus the
+    target's entropy, and the sigmoid-warped advantage regression: 0 at Q_T = r, positive elsewhere,
+    and equal to its closed form from the paper's definitions at every point (_closed_form)."""
+    assert _terminal(r, r, objective, loss).abs().item() < 1e-6
+    others = [x for x in torch.linspace(-1.6, -0.02, 40).tolist() if abs(x - r) > 1e-3]
+    if objective == "advantage" or loss == "sq":
+        # above 0 as well; ce treats every Q_T >= 0 as a success by design (relu)
+        others += [0.3, 2.0]
+    for q_T in others:
+        assert _terminal(q_T, r, objective, loss).item() > 0, q_T
+        assert _terminal(q_T, r, objective, loss).item() == pytest.approx(
+            _closed_form(objective, loss, q_T, r), rel=1e-4, abs=1e-7), q_T
+
+
+@pytest.mark.paper
+def test_advantage_regression_is_sigmoid_warped_whatever_the_loss_flag():
+    """§3.1.2, advantage regression sum_t A_t = Q_T - Q0 ~ r - Q0 under sigmoid warping (§3.1.1):
+    its gradient on Q_T is (sigmoid(Q_T - Q0) - sigmoid(r - Q0)) / N for --loss sq and ce alike;
+    an unwarped squared advantage regression would give 2 (Q_T - r) / N (the terminal one)."""
+    q_T = torch.tensor([-0.9, -0.5, -0.1, 0.4], requires_grad=True)
+    r, q0 = torch.tensor([0.0, -1.0, -1.0, 0.0]), torch.full((4,), -0.4)
+    expected = (torch.sigmoid(q_T - q0) - torch.sigmoid(r - q0)).detach() / 4
+    for loss in ("sq", "ce"):
+        q_T.grad = None
+        spo.spo_loss(q_T[:, None], q_T, torch.ones(4, 1), q0, r, BETA, "advantage", loss).backward()
+        assert torch.allclose(q_T.grad, expected, atol=1e-7), loss
+        assert not torch.allclose(q_T.grad, 2 * (q_T - r).detach() / 4, atol=1e-2)
+
+
+@pytest.mark.paper
+def test_reverse_q_residuals_equal_the_terminal_one():
+    """§3.1.2, R_t = sg(r - sum_{t'>t} A_t'): with the squared loss every Q_t - R_t equals Q_T - r;
+    term t reaches only A_1..A_t, so the gradient on token s is 2 beta (Q_T - r) (T - s + 1) / N:
+    earlier tokens get larger gradients."""
+    g = torch.Generator().manual_seed(0)
+    lp = (-torch.rand(2, 5, generator=g)).requires_grad_(True)
+    ref = -torch.rand(2, 5, generator=g)
+    mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2])
+    q0, r = torch.tensor([-0.2, -0.7]), torch.tensor([0.0, -1.0])
+    q, q_T = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
+    targets = r[:, None] - (q_T[:, None] - q)  # R_t, as spo_loss builds it
+    assert torch.allclose((q - targets) * mask, (q_T - r)[:, None] * mask, atol=1e-6)
+    spo.spo_loss(q, q_T, mask, q0, r, BETA, "nonterminal", "sq").backward()
+    lengths = torch.tensor([5.0, 3.0])
+    expected = (2 * BETA * (q_T - r).detach()[:, None] * (lengths[:, None] - torch.arange(5)) * mask
+                / 2)
+    assert torch.allclose(lp.grad, expected, atol=1e-6)
+    # the terminal squared loss spreads the same error evenly over the tokens
+    lp.grad = None
+    q, q_T = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
+    spo.spo_loss(q, q_T, mask, q0, r, BETA, "terminal", "sq").backward()
+    assert torch.allclose(lp.grad, 2 * BETA * (q_T - r).detach()[:, None] * mask / 2, atol=1e-6)
+
+
+@pytest.mark.paper
+def test_ce_loss_is_flat_at_its_target_and_finite_past_the_clip():
+    """§3.1.1, L = x relu(-y_hat) - (1 - x) log(1 - e^{min(y_hat, -eps)}) - H(x), x = e^y: zero
+    gradient at y_hat = y and for a success target above 0; finite past the clip, with the
+    straight-through gradient the analytic derivative at -eps; log1mexp(u) = log(1 - e^u)."""
+    y = torch.tensor([-3.0, -0.5, -1 / BETA])
+    pred = y.clone().requires_grad_(True)
+    spo.ce_loss(pred, y).sum().backward()
+    assert pred.grad.abs().max() < 1e-4  # zero gradient at y_hat = y
+    # success target (x = 1) and y_hat > 0: zero gradient, finite value
+    pred = torch.tensor([0.5, 3.0, 1e4], requires_grad=True)
+    value = spo.ce_loss(pred, torch.zeros(3))
+    value.sum().backward()
+    torch.testing.assert_close(value, torch.zeros(3), atol=1e-7, rtol=0)
+    torch.testing.assert_close(pred.grad, torch.zeros(3), atol=1e-7, rtol=0)
+    # failure target and y_hat >= 0 (impossible for a log-probability): finite, and the
+    # straight-through gradient is the analytic derivative at the clipped value y_hat_c = -eps
+    eps = 1e-3
+    for big in (0.0, 0.7, 50.0, 1e6, 1e30):
+        pred = torch.tensor([big], requires_grad=True)
+        y = torch.tensor([-1 / BETA])
+        value = spo.ce_loss(pred, y, eps)
+        value.backward()
+        x = math.exp(-1 / BETA)
+        u = -eps
+        analytic = (1 - x) * math.exp(u) / (1 - math.exp(u))  # d/du of -(1-x) log(1 - e^u)
+        assert torch.isfinite(value).all() and torch.isfinite(pred.grad).all()
+        assert pred.grad.item() == pytest.approx(analytic, rel=1e-4)
+    # very negative predictions: still finite
+    pred = torch.tensor([-1e4, -1e-7, -40.0], requires_grad=True)
+    value = spo.ce_loss(pred, torch.tensor([0.0, -1 / BETA, -1 / BETA]))
+    value.sum().backward()
+    assert torch.isfinite(value).all() and torch.isfinite(pred.grad).all()
+    # log1mexp matches the naive formula where the latter is accurate
+    u = torch.tensor([-5.0, -1.0, -0.5, -1e-2], dtype=torch.float64)
+    assert torch.allclose(spo.log1mexp(u), torch.log(1 - torch.exp(u)), rtol=1e-10)
+
+
+@pytest.mark.paper
+def test_large_beta_makes_the_squared_loss_a_centred_reinforce_update():
+    """Eqs. 11-13 at theta_0 (A_t = 0): the squared terminal loss (Q_T - r)^2 pushes log pi(y_i)
+    with weight -2 beta (Q0 - r_i) / N. Q0 is a soft value: near the max reward for small beta
+    (uncentred, failure-dominated), the mean reward for large beta (REINFORCE with a mean
+    baseline)."""
+    r = torch.tensor([0.0, -1.0, -1.0, 0.0, -1.0, -1.0])  # S0 = 1/3
+    lp = torch.zeros(6, 1, requires_grad=True)
+    for beta, q0_expected in ((BETA, BETA * math.log(1 / 3 + 2 / 3 * 1e-5)), (1e3, -2 / 3)):
+        q0 = spo.q0_from_successes(torch.tensor(2), torch.tensor(6), beta).float().expand(6)
+        assert q0[0].item() == pytest.approx(q0_expected, abs=1e-3)
+        lp.grad = None
+        q, q_T = spo.cumulative_q(lp, torch.zeros(6, 1), torch.ones(6, 1), q0, beta)
+        spo.spo_loss(q, q_T, torch.ones(6, 1), q0, r, beta).backward()
+        assert torch.allclose(lp.grad[:, 0], 2 * beta * (q0 - r) / 6, rtol=1e-5)
+    centred = -lp.grad[:, 0] / (2 * 1e3 / 6)  # beta = 1e3: r - mean(r), up to 1e-3
+    assert torch.allclose(centred, r - r.mean(), atol=1e-3)
+    assert BETA * math.log(1 / 3) > -0.1  # the paper's beta: Q0 ~ -0.095, near the success value 0
+
+
+R8 = torch.tensor([0.0, -1, -1, 0, -1, -1, -1, -1], dtype=torch.float64)
+
+
+def _tabular(objective, loss, lr, steps, q0_offset=0.0, r=R8):
+    """len(r) arms (one-token sequences), r in {0, -1}, exact Q0, data uniform over arms, full-batch
+    gradient descent on spo_loss. Returns the log-policies [steps + 1, len(r)], pi_0's and pi*'s
+    (pi_0 exp(r/beta)/Z)."""
+    g = torch.Generator().manual_seed(0)
+    n = len(r)
+    theta0 = torch.randn(n, generator=g, dtype=torch.float64)
+    ref = torch.log_softmax(theta0, 0)
+    q0 = BETA * torch.logsumexp(ref + r / BETA, 0) + q0_offset  # exact soft value
+    theta = theta0.clone().requires_grad_(True)
+    opt = torch.optim.SGD([theta], lr=lr)
+    history = []
+    for _ in range(steps):
+        lp = torch.log_softmax(theta, 0)[:, None]  # [n, 1]
+        history.append(lp.detach()[:, 0])
+        q, q_T = spo.cumulative_q(lp, ref[:, None], torch.ones(n, 1), q0.expand(n), BETA)
+        opt.zero_grad()
+        spo.spo_loss(q, q_T, torch.ones(n, 1), q0.expand(n), r, BETA, objective, loss).backward()
+        opt.step()
+    history.append(torch.log_softmax(theta.detach(), 0))
+    return torch.stack(history), ref, torch.log_softmax(ref + r / BETA, 0)
+
+
+def _tabular_kl(objective, loss, lr, steps, q0_offset=0.0):
+    """KL(pi || pi*) after `steps` on the 8 arms R8."""
+    history, _, target = _tabular(objective, loss, lr, steps, q0_offset)
+    lp = history[-1]
+    return (lp.exp() * (lp - target)).sum().item()
+
+
+@pytest.mark.paper
+def test_tabular_convergence_to_the_optimal_policy():
+    """Theorem 2.1 and Eq. 2, pi* = pi_0 exp(r/beta) / Z: the squared terminal loss and advantage
+    regression reach pi*; a wrong Q0 moves the fixed point (cumulative_q runs in fp32, so 'reach'
+    means KL < 1e-6 here rather than 1e-10 in fp64); cross-entropy moves towards it."""
+    assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000) < 1e-6
+    assert _tabular_kl("advantage", "sq", lr=100.0, steps=3000) < 1e-6
+    assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000, q0_offset=0.05) > 1e-2
+    assert _tabular_kl("terminal", "ce", lr=0.5, steps=3000) < _tabular_kl("terminal", "ce", lr=0.5,
+                                                                           steps=0) / 10
+
+
+@pytest.mark.paper
+def test_tabular_ce_failure_mass_falls_harmonically_at_the_derived_rate():
+    """Terminal cross-entropy, one success arm among N = 8, exact Q0, SGD at lr on the logits
+    (derivation in docs/DERIVATIONS.md). While the success arm is below its target its gradient on
+    log pi is the constant -1/N (the relu term), each failure's is about e^{Q_T/beta}/N, and the
+        failure mass m obeys 1/m(n) = 1/m(n0) + (n - n0) lr k / N,   k = 1 + (|F| + 1) Z
+        / pi_0(F) + sum_F (pi_0(b) / pi_0(F))^2,
+    Z = e^{Q0/beta}: at the paper's beta CE approaches pi* only harmonically (the curvature at the
+    failures' target is e^{-1/beta} = 1e-5), hence the slow fall the test above allows. A Q0 off
+    by +-0.05 (Z off by e^{+-0.05/beta} = 1.8x) changes the slope by over 30%."""
+    r = torch.tensor([0.0, -1, -1, -1, -1, -1, -1, -1], dtype=torch.float64)
+    fail, lr, n = r < 0, 0.5, len(r)
+
+    def slope(q0_offset):
+        history, ref, _ = _tabular("terminal", "ce", lr, 3000, q0_offset, r=r)
+        m = history[:, fail].exp().sum(-1)
+        return ((1 / m[3000] - 1 / m[1000]) / 2000).item(), ref
+
+    measured, ref = slope(0.0)
+    p0 = ref.exp()
+    z = math.exp((BETA * torch.logsumexp(ref + r / BETA, 0)).item() / BETA)
+    k = (1 + (fail.sum().item() + 1) * z / p0[fail].sum().item()
+         + ((p0[fail] / p0[fail].sum()) ** 2).sum().item())
+    assert measured == pytest.approx(lr * k / n, rel=0.02)
+    # the wrong Q0 misses the derived rate by far more than the tolerance
+    for offset in (0.05, -0.05):
+        assert abs(slope(offset)[0] / (lr * k / n) - 1) > 0.3
+
+
+# ---- Theorem 2.2 and Eq. 11 on the tiny model --------------------------------------------------
 def _perturbed(model, scale, seed):
     """A copy of `model` with every weight moved by scale * N(0, 1): an arbitrary theta."""
     other = copy.deepcopy(model)
@@ -38,8 +308,8 @@ def _q_of(policy, ref, tok, prompts, completions, q0):
     with torch.no_grad():
         lp, mask = common.completion_logprobs(policy, prompts, completions, tok.pad_token_id)
         ref_lp, _ = common.completion_logprobs(ref, prompts, completions, tok.pad_token_id)
-    q, q_t = spo.cumulative_q(lp, ref_lp, mask, q0, BETA)
-    return q, q_t, ref_lp, lp
+    q, q_T = spo.cumulative_q(lp, ref_lp, mask, q0, BETA)
+    return q, q_T, ref_lp, lp
 
 
 @pytest.mark.parametrize("scale", [0.05, 0.5])
@@ -82,259 +352,16 @@ def test_theorem_2_2_soft_bellman_consistency_on_the_tiny_model(tiny, scale):
 
 
 def test_at_initialisation_a_is_0_and_q_is_q0(tiny):
+    """Eq. 11 at pi_theta = pi_0: every A_t is 0, so every Q_t is Q0_hat (Eq. 12)."""
     model, tok = tiny
     problems = [{"nums": [3, 5, 7], "target": 15}, {"nums": [10, 2, 6], "target": 4}]
     prompts = common.encode_prompts(countdown, problems, tok, "compact")
     completions = [tok("<answer>3+5+7</answer>")["input_ids"] + [tok.eos_token_id],
                    tok("12")["input_ids"]]
     q0 = torch.tensor([-0.3, -0.9])
-    q, q_t, _, _ = _q_of(model, copy.deepcopy(model), tok, prompts, completions, q0)
-    assert torch.equal(q, q0[:, None].expand_as(q)) and torch.equal(q_t, q0)
-
-
-def test_path_consistency_padding_and_fp32():
-    g = torch.Generator().manual_seed(0)
-    lp, ref = (-torch.rand(3, 6, generator=g, dtype=torch.float64),
-               -torch.rand(3, 6, generator=g, dtype=torch.float64))
-    mask = torch.tensor([[1.0] * 6, [1.0] * 4 + [0.0] * 2, [1.0] + [0.0] * 5])
-    q0 = torch.tensor([-0.1, -0.5, -1.0])
-    q, q_t = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
-    assert q.dtype == torch.float32
-    a = BETA * (lp - ref) * mask
-    # Theorem 2.3 on every interval, and Q_T = Q0 + beta (LP - LP_0)
-    for i, n in enumerate([6, 4, 1]):
-        assert q_t[i].item() == pytest.approx(q0[i].item() + a[i, :n].sum().item(), abs=1e-6)
-        for t1 in range(1, n + 1):
-            for t2 in range(t1, n + 1):
-                before = q[i, t1 - 2] if t1 > 1 else q0[i]
-                assert (q[i, t2 - 1] - before).item() == pytest.approx(a[i, t1 - 1:t2].sum().item(),
-                                                                      abs=1e-6)
-    # padding on the right changes nothing
-    pad = torch.zeros(3, 3, dtype=torch.float64)
-    q2, q_t2 = spo.cumulative_q(torch.cat([lp * mask, pad], 1), torch.cat([ref * mask, pad], 1),
-                                torch.cat([mask, pad.float()], 1), q0, BETA)
-    assert torch.equal(q_t2, q_t) and torch.equal(q2[:, :6], q)
-    r = torch.tensor([0.0, -1.0, -1.0])
-    for objective in ("terminal", "nonterminal", "advantage"):
-        for loss in ("sq", "ce"):
-            assert spo.spo_loss(q2, q_t2, torch.cat([mask, pad.float()], 1), q0, r, BETA, objective,
-                                loss).item() == \
-                pytest.approx(spo.spo_loss(q, q_t, mask, q0, r, BETA, objective, loss).item(),
-                              abs=1e-6)
-
-
-def test_q0_values_table():
-    """Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}) ([SPO] §3.1.3) at beta = 1/ln 1e5, by hand."""
-    s = torch.tensor([0, 1, 200, 400, 800])
-    q0 = spo.q0_from_successes(s, torch.full_like(s, 800), BETA)
-    assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0],
-                                           dtype=torch.float64), atol=1e-5)
-
-
-def test_large_beta_makes_the_squared_loss_a_centred_reinforce_update():
-    """At theta_0 the squared terminal loss pushes log pi(y_i) with weight -2 beta (Q0 - r_i) / N.
-    Q0 is a soft value: near the max reward for small beta (uncentred, failure-dominated), the mean
-    reward for large beta (REINFORCE with a mean baseline)."""
-    r = torch.tensor([0.0, -1.0, -1.0, 0.0, -1.0, -1.0])  # S0 = 1/3
-    lp = torch.zeros(6, 1, requires_grad=True)
-    for beta, q0_expected in ((BETA, BETA * math.log(1 / 3 + 2 / 3 * 1e-5)), (1e3, -2 / 3)):
-        q0 = spo.q0_from_successes(torch.tensor(2), torch.tensor(6), beta).float().expand(6)
-        assert q0[0].item() == pytest.approx(q0_expected, abs=1e-3)
-        lp.grad = None
-        q, q_t = spo.cumulative_q(lp, torch.zeros(6, 1), torch.ones(6, 1), q0, beta)
-        spo.spo_loss(q, q_t, torch.ones(6, 1), q0, r, beta).backward()
-        assert torch.allclose(lp.grad[:, 0], 2 * beta * (q0 - r) / 6, rtol=1e-5)
-    centred = -lp.grad[:, 0] / (2 * 1e3 / 6)  # beta = 1e3: r - mean(r), up to 1e-3
-    assert torch.allclose(centred, r - r.mean(), atol=1e-3)
-    assert BETA * math.log(1 / 3) > -0.1  # the paper's beta: Q0 ~ -0.095, near the success value 0
-
-
-def _terminal(q_t, r, objective="terminal", loss="sq", q0=-0.4):
-    q_t = torch.as_tensor(q_t, dtype=torch.float32).reshape(-1)
-    n = q_t.numel()
-    return spo.spo_loss(q_t[:, None], q_t, torch.ones(n, 1), torch.full((n,), q0),
-                        torch.full((n,), float(r)), BETA, objective, loss)
-
-
-def _bernoulli_kl(p, q):
-    """KL(Bernoulli(p) || Bernoulli(q)) in float64, from its definition."""
-    return sum(a * math.log(a / b) for a, b in ((p, q), (1 - p, 1 - q)) if a > 0)
-
-
-def _sigmoid(u):
-    return 1 / (1 + math.exp(-u))
-
-
-def _closed_form(objective, loss, q_t, r, q0=-0.4):
-    """What the paper's definitions give for one one-token trajectory (T = 1, so Q_1 = Q_T): the
-    squared error (q - r)^2; the cross-entropy on Q/beta minus the target's entropy, i.e. the binary
-    KL between Bernoulli targets x = e^{r/beta} and predictions e^{q/beta} (for q/beta <= -eps,
-    where the clip is inactive); advantage regression: sigmoid-warped, the binary KL between
-    sigmoid(r - Q0) and sigmoid(q - Q0) whatever --loss says (the paper uses it only with warping
-    and cross-entropy, §3.1.2)."""
-    if objective == "advantage":
-        return _bernoulli_kl(_sigmoid(r - q0), _sigmoid(q_t - q0))
-    if loss == "sq":
-        return (q_t - r) ** 2
-    return _bernoulli_kl(math.exp(r / BETA), math.exp(q_t / BETA))
-
-
-@pytest.mark.parametrize("objective,loss", [("terminal", "sq"), ("terminal", "ce"),
-                                            ("advantage", "sq"), ("advantage", "ce"),
-                                            ("nonterminal", "sq"), ("nonterminal", "ce")])
-@pytest.mark.parametrize("r", [0.0, -1.0])
-def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objective, loss, r):
-    """...and equals its closed form from the paper's definitions at every point (_closed_form)."""
-    assert _terminal(r, r, objective, loss).abs().item() < 1e-6
-    others = [x for x in torch.linspace(-1.6, -0.02, 40).tolist() if abs(x - r) > 1e-3]
-    if objective == "advantage" or loss == "sq":
-        # above 0 as well; ce treats every Q_T >= 0 as a success by design (relu)
-        others += [0.3, 2.0]
-    for q_t in others:
-        assert _terminal(q_t, r, objective, loss).item() > 0, q_t
-        assert _terminal(q_t, r, objective, loss).item() == pytest.approx(
-            _closed_form(objective, loss, q_t, r), rel=1e-4, abs=1e-7), q_t
-
-
-def test_advantage_regression_is_sigmoid_warped_whatever_the_loss_flag():
-    """The gradient of the advantage objective on Q_T is (sigmoid(Q_T - Q0) - sigmoid(r - Q0)) / N
-    for --loss sq and ce alike; an unwarped squared advantage regression would give 2 (Q_T - r) / N
-    (the terminal one)."""
-    q_t = torch.tensor([-0.9, -0.5, -0.1, 0.4], requires_grad=True)
-    r, q0 = torch.tensor([0.0, -1.0, -1.0, 0.0]), torch.full((4,), -0.4)
-    expected = (torch.sigmoid(q_t - q0) - torch.sigmoid(r - q0)).detach() / 4
-    for loss in ("sq", "ce"):
-        q_t.grad = None
-        spo.spo_loss(q_t[:, None], q_t, torch.ones(4, 1), q0, r, BETA, "advantage", loss).backward()
-        assert torch.allclose(q_t.grad, expected, atol=1e-7), loss
-        assert not torch.allclose(q_t.grad, 2 * (q_t - r).detach() / 4, atol=1e-2)
-
-
-def test_ce_gradients_and_clipping():
-    y = torch.tensor([-3.0, -0.5, -1 / BETA])
-    pred = y.clone().requires_grad_(True)
-    spo.ce_loss(pred, y).sum().backward()
-    assert pred.grad.abs().max() < 1e-4  # zero gradient at y_hat = y
-    # success target (x = 1) and y_hat > 0: zero gradient, finite value
-    pred = torch.tensor([0.5, 3.0, 1e4], requires_grad=True)
-    value = spo.ce_loss(pred, torch.zeros(3))
-    value.sum().backward()
-    assert torch.equal(value, torch.zeros(3)) and torch.equal(pred.grad, torch.zeros(3))
-    # failure target and y_hat >= 0 (impossible for a log-probability): finite, and the
-    # straight-through gradient is the analytic derivative at the clipped value y_hat_c = -eps
-    eps = 1e-3
-    for big in (0.0, 0.7, 50.0, 1e6, 1e30):
-        pred = torch.tensor([big], requires_grad=True)
-        y = torch.tensor([-1 / BETA])
-        value = spo.ce_loss(pred, y, eps)
-        value.backward()
-        x = math.exp(-1 / BETA)
-        u = -eps
-        analytic = (1 - x) * math.exp(u) / (1 - math.exp(u))  # d/du of -(1-x) log(1 - e^u)
-        assert torch.isfinite(value).all() and torch.isfinite(pred.grad).all()
-        assert pred.grad.item() == pytest.approx(analytic, rel=1e-4)
-    # very negative predictions: still finite
-    pred = torch.tensor([-1e4, -1e-7, -40.0], requires_grad=True)
-    value = spo.ce_loss(pred, torch.tensor([0.0, -1 / BETA, -1 / BETA]))
-    value.sum().backward()
-    assert torch.isfinite(value).all() and torch.isfinite(pred.grad).all()
-    # log1mexp matches the naive formula where the latter is accurate
-    u = torch.tensor([-5.0, -1.0, -0.5, -1e-2], dtype=torch.float64)
-    assert torch.allclose(spo.log1mexp(u), torch.log(1 - torch.exp(u)), rtol=1e-10)
-
-
-def test_reverse_q_residuals_equal_the_terminal_one():
-    """Squared loss: every Q_t - R_t equals Q_T - r; term t reaches only A_1..A_t, so the gradient
-    on token s is 2 beta (Q_T - r) (T - s + 1) / N: earlier tokens get larger gradients."""
-    g = torch.Generator().manual_seed(0)
-    lp = (-torch.rand(2, 5, generator=g)).requires_grad_(True)
-    ref = -torch.rand(2, 5, generator=g)
-    mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2])
-    q0, r = torch.tensor([-0.2, -0.7]), torch.tensor([0.0, -1.0])
-    q, q_t = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
-    targets = r[:, None] - (q_t[:, None] - q)  # R_t, as spo_loss builds it
-    assert torch.allclose((q - targets) * mask, (q_t - r)[:, None] * mask, atol=1e-6)
-    spo.spo_loss(q, q_t, mask, q0, r, BETA, "nonterminal", "sq").backward()
-    lengths = torch.tensor([5.0, 3.0])
-    expected = (2 * BETA * (q_t - r).detach()[:, None] * (lengths[:, None] - torch.arange(5)) * mask
-                / 2)
-    assert torch.allclose(lp.grad, expected, atol=1e-6)
-    # the terminal squared loss spreads the same error evenly over the tokens
-    lp.grad = None
-    q, q_t = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
-    spo.spo_loss(q, q_t, mask, q0, r, BETA, "terminal", "sq").backward()
-    assert torch.allclose(lp.grad, 2 * BETA * (q_t - r).detach()[:, None] * mask / 2, atol=1e-6)
-
-
-R8 = torch.tensor([0.0, -1, -1, 0, -1, -1, -1, -1], dtype=torch.float64)
-
-
-def _tabular(objective, loss, lr, steps, q0_offset=0.0, r=R8):
-    """len(r) arms (one-token sequences), r in {0, -1}, exact Q0, data uniform over arms, full-batch
-    gradient descent on spo_loss. Returns the log-policies [steps + 1, len(r)], pi_0's and pi*'s
-    (pi_0 exp(r/beta)/Z)."""
-    g = torch.Generator().manual_seed(0)
-    n = len(r)
-    theta0 = torch.randn(n, generator=g, dtype=torch.float64)
-    ref = torch.log_softmax(theta0, 0)
-    q0 = BETA * torch.logsumexp(ref + r / BETA, 0) + q0_offset  # exact soft value
-    theta = theta0.clone().requires_grad_(True)
-    opt = torch.optim.SGD([theta], lr=lr)
-    history = []
-    for _ in range(steps):
-        lp = torch.log_softmax(theta, 0)[:, None]  # [n, 1]
-        history.append(lp.detach()[:, 0])
-        q, q_t = spo.cumulative_q(lp, ref[:, None], torch.ones(n, 1), q0.expand(n), BETA)
-        opt.zero_grad()
-        spo.spo_loss(q, q_t, torch.ones(n, 1), q0.expand(n), r, BETA, objective, loss).backward()
-        opt.step()
-    history.append(torch.log_softmax(theta.detach(), 0))
-    return torch.stack(history), ref, torch.log_softmax(ref + r / BETA, 0)
-
-
-def _tabular_kl(objective, loss, lr, steps, q0_offset=0.0):
-    """KL(pi || pi*) after `steps` on the 8 arms R8."""
-    history, _, target = _tabular(objective, loss, lr, steps, q0_offset)
-    lp = history[-1]
-    return (lp.exp() * (lp - target)).sum().item()
-
-
-def test_tabular_convergence_to_the_optimal_policy():
-    """Squared terminal loss and advantage regression reach pi*; a wrong Q0 moves the fixed point
-    (cumulative_q runs in fp32, so 'reach' means KL < 1e-6 here rather than 1e-10 in fp64)."""
-    assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000) < 1e-6
-    assert _tabular_kl("advantage", "sq", lr=100.0, steps=3000) < 1e-6
-    assert _tabular_kl("terminal", "sq", lr=2.0, steps=3000, q0_offset=0.05) > 1e-2
-    assert _tabular_kl("terminal", "ce", lr=0.5, steps=3000) < _tabular_kl("terminal", "ce", lr=0.5,
-                                                                           steps=0) / 10
-
-
-def test_tabular_ce_failure_mass_falls_harmonically_at_the_derived_rate():
-    """Terminal cross-entropy, one success arm among N = 8, exact Q0, SGD at lr on the logits
-    (derivation in docs/DERIVATIONS.md). While the success arm is below its target its gradient on
-    log pi is the constant -1/N (the relu term), each failure's is about e^{Q_T/beta}/N, and the
-        failure mass m obeys 1/m(n) = 1/m(n0) + (n - n0) lr k / N,   k = 1 + (|F| + 1) Z
-        / pi_0(F) + sum_F (pi_0(b) / pi_0(F))^2,
-    Z = e^{Q0/beta}: at the paper's beta CE approaches pi* only harmonically (the curvature at the
-    failures' target is e^{-1/beta} = 1e-5), hence the slow fall the test above allows. A Q0 off
-    by +-0.05 (Z off by e^{+-0.05/beta} = 1.8x) changes the slope by over 30%."""
-    r = torch.tensor([0.0, -1, -1, -1, -1, -1, -1, -1], dtype=torch.float64)
-    fail, lr, n = r < 0, 0.5, len(r)
-
-    def slope(q0_offset):
-        history, ref, _ = _tabular("terminal", "ce", lr, 3000, q0_offset, r=r)
-        m = history[:, fail].exp().sum(-1)
-        return ((1 / m[3000] - 1 / m[1000]) / 2000).item(), ref
-
-    measured, ref = slope(0.0)
-    p0 = ref.exp()
-    z = math.exp((BETA * torch.logsumexp(ref + r / BETA, 0)).item() / BETA)
-    k = (1 + (fail.sum().item() + 1) * z / p0[fail].sum().item()
-         + ((p0[fail] / p0[fail].sum()) ** 2).sum().item())
-    assert measured == pytest.approx(lr * k / n, rel=0.02)
-    # the wrong Q0 misses the derived rate by far more than the tolerance
-    for offset in (0.05, -0.05):
-        assert abs(slope(offset)[0] / (lr * k / n) - 1) > 0.3
+    q, q_T, _, _ = _q_of(model, copy.deepcopy(model), tok, prompts, completions, q0)
+    torch.testing.assert_close(q, q0[:, None].expand_as(q))
+    torch.testing.assert_close(q_T, q0)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -576,6 +603,26 @@ def test_a_corrupt_or_foreign_q0_cache_is_refused(text, message, tiny_path, tmp_
                         "--q0-cache", str(tmp_path / "q0.jsonl"), "--out", str(tmp_path / "run")])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and str(tmp_path / "q0.jsonl") in last and message in last, last
+
+
+def test_a_q0_cache_is_checked_once_max_new_tokens_is_known(tiny_path, tmp_path, capsys):
+    """--max-new-tokens left at None (64 for the tiny model): a cache made at 64 is reused, one made
+    at 32 is refused (before, both were refused: checked while --max-new-tokens was still None)."""
+    problems = write_jsonl(tmp_path / "p.jsonl", FOUR[:1])
+    assert RUN[:2] == ["--max-new-tokens", "32"]  # left out: --max-new-tokens stays None
+    argv = RUN[2:] + ["--model", tiny_path, "--problems", problems, "--steps", "1",
+                      "--batch-size", "2", "--group-size", "2", "--q0-samples", "4"]
+    for made_at in (64, 32):
+        cache = tmp_path / f"q0-{made_at}.jsonl"
+        cache.write_text(_q0_row(model=os.path.realpath(tiny_path), max_new_tokens=made_at) + "\n")
+        run = argv + ["--q0-cache", str(cache), "--out", str(tmp_path / f"run-{made_at}")]
+        if made_at == 64:
+            assert open(os.path.join(spo.main(run), "q0.jsonl")).read() == cache.read_text()
+            continue
+        with pytest.raises(SystemExit) as e:
+            spo.main(run)
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and "made with {'max_new_tokens': 32}" in last, last
 
 
 def test_a_broken_checkpoint_is_refused(tiny_path, tmp_path, capsys):

@@ -1,7 +1,9 @@
-"""topr.py: the taper, the truncated ratio in log space, the loss against SFT and [CR] Eq. 4, the
-split by R - c, p~, the tabular collapse of naive REINFORCE (Prop. 3.2), end-to-end runs with their
-data file, --data reuse, resume after a kill (SIGKILL of a real process) or Ctrl-C, non-finite
-losses, bad files and flags.
+"""topr.py's tests. First the paper's claims on pure functions (marked `paper`: no model, seconds;
+`python -m pytest -q -m paper tests/test_topr.py` runs them alone), each naming its equation: the
+taper (Eq. 11), alpha in log space (Eq. 7), the one loss path and Eq. 8, R - c and [CR] Eq. 4, p~
+(Eq. 12), the tabular collapse of naive REINFORCE (Prop. 3.2), Anna Karenina selection (§4.3).
+Then the tiny model end to end: the data file, --data reuse, resume after a kill (SIGKILL of a real
+process) or Ctrl-C, non-finite losses, bad files and flags.
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
        learning for LLMs", 2025, arXiv:2503.14286.
@@ -27,7 +29,6 @@ LIMIT_SETS = [topr.LIMITS[name] for name in ("topr", "naive", "tis", "is", "sft"
     (0.5, 2.0, 0.2, 3.0)]
 
 
-
 def taper(u: torch.Tensor, a: float, b: float) -> torch.Tensor:
     """The taper rho(u; a, b) of [TOPR] Eq. 11, for u = pi/mu > 0 and 0 <= a <= b <= inf.
 
@@ -49,10 +50,58 @@ def c_for_p_tilde(p: float, p_tilde: float) -> float:
     return (p - p_tilde) / (p + p_tilde - 2 * p * p_tilde)
 
 
+def _batch(seed=0, n=6, t=7):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, t, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 5, (n, t), generator=g)
+    lengths = torch.randint(1, t + 1, (n,), generator=g)
+    mask = (torch.arange(t)[None] < lengths[:, None]).double()
+    lp_mu = -torch.rand(n, generator=g, dtype=torch.float64) * 10
+    return logits, ids, mask, lp_mu
+
+
+def _token_logprobs(logits, ids, mask):
+    return torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1) * mask
+
+
+def eq8_written_out(lp, mask, lp_mu, rewards, c=0.0, split=0.0, norm="seq/len"):
+    """[TOPR] Eq. 8 as the paper writes it: R - c on T+, sg([pi/mu]_0^1) (R - c) on T-."""
+    r_minus_c = rewards - c
+    ratio = torch.exp(torch.clamp((lp.detach() * mask).sum(-1) - lp_mu, max=0.0))  # [pi/mu]_0^1
+    weight = torch.where(r_minus_c >= split, r_minus_c, ratio * r_minus_c)  # T+ sum, T- sum
+    return topr.weighted_logprob_loss(weight, lp, mask, norm)
+
+
+def _tabular_run(limits, steps, seed=0, lr=0.1):
+    """5 arms, mu = softmax(N(0,1)), R = [1,-1,-1,1,-1], pi starts at mu; exact full-batch gradient
+    ascent of Eq. 7 computed through topr_loss."""
+    g = torch.Generator().manual_seed(seed)
+    mu_logits = torch.randn(5, generator=g, dtype=torch.float64)
+    mu = torch.softmax(mu_logits, 0)
+    R = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    theta = mu_logits.clone().requires_grad_(True)
+    ones = torch.ones(5, 1, dtype=torch.float64)
+    for _ in range(steps):
+        loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu),
+                              5 * mu * R, norm="seq", limits=limits)
+        (grad,) = torch.autograd.grad(loss, theta)
+        with torch.no_grad():
+            theta -= lr * grad
+    pi = torch.softmax(theta.detach(), 0)
+    naive_objective = (mu * R * torch.log(pi)).sum().item()  # Eq. 4
+    u = pi / mu
+    j_topr = sum((mu[i] * taper(u[i:i + 1], *(limits[:2] if R[i] >= 0 else limits[2:]))
+                  * R[i]).item() for i in range(5))  # Eq. 11
+    return theta.detach(), pi, mu, grad.norm().item(), naive_objective, j_topr
+
+
 # --------------------------------------------------------------------------------------------------
-# The taper rho (Eq. 11) and the truncated ratio
+# The papers' claims on pure functions (pytest -m paper): no model, seconds
 # --------------------------------------------------------------------------------------------------
+@pytest.mark.paper
 def test_taper_values_at_and_around_its_limits():
+    """Eq. 11: rho(u; a, b) is u inside [a, b], continuous at a and b, and 1 + ln u <= u for the
+    canonical positives (a = b = 1)."""
     a, b = 0.5, 2.0
     u = torch.tensor([a, b, 1.0, a * math.exp(-1), b * math.e, a - 1e-9, a + 1e-9, b - 1e-9,
                       b + 1e-9], dtype=torch.float64)
@@ -69,8 +118,10 @@ def test_taper_values_at_and_around_its_limits():
     assert torch.all(taper(u, 1.0, 1.0) <= u + 1e-12)
 
 
+@pytest.mark.paper
 @pytest.mark.parametrize("a,b", [(1.0, 1.0), (0.0, 1.0), (0.0, math.inf), (0.5, 2.0), (0.0, 0.0)])
 def test_u_times_taper_derivative_is_the_clamp(a, b):
+    """Eq. 11 -> Eq. 7: u rho'(u; a, b) = [u]_a^b, so the taper's gradient is the truncated one."""
     u = torch.logspace(-3, 3, 61, dtype=torch.float64).requires_grad_(True)
     if b == 0.0:  # rho(u; 0, 0) = 0 * (...) is the constant 0: the "dropped negatives" of SFT
         assert torch.all(taper(u.detach(), 0.0, 0.0) == 0)
@@ -79,10 +130,41 @@ def test_u_times_taper_derivative_is_the_clamp(a, b):
     assert torch.allclose(u.detach() * grad, u.detach().clamp(a, b), atol=1e-12)
 
 
-def test_ratio_on_hand_computed_cases():
+@pytest.mark.paper
+@pytest.mark.parametrize("limits", LIMIT_SETS)
+def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
+    """Tabular: the autograd gradient of J = sum_y mu rho(pi/mu) R (Eq. 11) equals Eq. 7,
+    sum_y mu [pi/mu]_a^b R grad log pi, and so does topr_loss on the full 'dataset' weighted by
+    mu."""
+    a_pos, b_pos, a_neg, b_neg = limits
+    g = torch.Generator().manual_seed(1)
+    theta = torch.randn(8, generator=g, dtype=torch.float64, requires_grad=True)
+    mu = torch.softmax(torch.randn(8, generator=g, dtype=torch.float64), 0)
+    R = torch.tensor([1.0, -1.0, 0.5, -0.3, 1.0, -1.0, 0.2, -2.0], dtype=torch.float64)
+    pi = torch.softmax(theta, 0)
+    u = pi / mu
+    J = sum(mu[i] * taper(u[i:i + 1], *((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
+            * R[i] for i in range(8))
+    (g_rho,) = torch.autograd.grad(J.sum(), theta)
+    logpi = torch.log_softmax(theta, 0)
+    clamp = torch.stack([u[i].detach().clamp(*((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
+                         for i in range(8)])
+    (g_eq7,) = torch.autograd.grad((mu * clamp * R * logpi).sum(), theta)
+    assert torch.allclose(g_rho, g_eq7, atol=1e-8)
+    # the minibatch loss on one-token "sequences", rewards scaled by 8 mu (> 0, so no sign changes)
+    ones = torch.ones(8, 1, dtype=torch.float64)
+    loss = topr.topr_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu), 8 * mu * R,
+                          norm="seq", limits=limits)
+    (g_loss,) = torch.autograd.grad(loss, theta)
+    assert torch.allclose(-g_loss, g_eq7, atol=1e-8)
+
+
+@pytest.mark.paper
+def test_alpha_is_the_ratio_clamped_to_table1s_limits():
+    """Eq. 7: alpha = [pi/mu]_a^b, formed in log space, with the limits of Table 1 (LIMITS)."""
     neg, pos = torch.tensor([False]), torch.tensor([True])
-    def ratio(lw, positive, loss):
-        return topr.truncated_ratio(torch.tensor([lw], dtype=torch.float64), positive,
+    def ratio(log_ratio, positive, loss):
+        return topr.truncated_ratio(torch.tensor([log_ratio], dtype=torch.float64), positive,
                                     *topr.LIMITS[loss]).item()
     assert ratio(-1.0, neg, "topr") == pytest.approx(math.exp(-1), abs=1e-12)      # 0.3679
     assert ratio(-1.0, pos, "topr") == 1.0                    # positives: SFT
@@ -92,15 +174,16 @@ def test_ratio_on_hand_computed_cases():
     assert ratio(-50.0, neg, "naive") == 1.0
 
 
+@pytest.mark.paper
 def test_log_space_ratio_is_finite_for_1000_token_sequences():
-    """LP = -6000 (1,000 tokens of -6), LP_mu = -6001: pi/mu = e, so alpha = 1 for a negative;
-    exp(LP) would be 0/0 in linear space."""
+    """Eq. 7's alpha in log space: LP = -6000 (1,000 tokens of -6), LP_mu = -6001: pi/mu = e, so
+    alpha = 1 for a negative; exp(LP) would be 0/0 in linear space."""
     logprobs = torch.full((2, 1000), -6.0, requires_grad=True)
     mask = torch.ones(2, 1000)
     lp_mu = torch.tensor([-6001.0, -5000.0])
     rewards = torch.tensor([-1.0, -1.0])
-    lw = (logprobs.detach() * mask).sum(-1) - lp_mu
-    alpha = topr.truncated_ratio(lw, rewards >= 0, *topr.LIMITS["topr"])
+    log_ratio = (logprobs.detach() * mask).sum(-1) - lp_mu
+    alpha = topr.truncated_ratio(log_ratio, topr.in_t_plus(rewards, 0.0, 0.0), *topr.LIMITS["topr"])
     assert alpha[0].item() == 1.0 and alpha[1].item() == 0.0  # e^-1000 underflows to 0, not NaN
     loss = topr.topr_loss(logprobs, mask, lp_mu, rewards)
     loss.backward()
@@ -108,47 +191,34 @@ def test_log_space_ratio_is_finite_for_1000_token_sequences():
     assert loss.item() == pytest.approx(-(1.0 * -1 * -6.0) / 2)  # seq/len: LP/T = -6; second term 0
 
 
-# --------------------------------------------------------------------------------------------------
-# The loss
-# --------------------------------------------------------------------------------------------------
-def _batch(seed=0, n=6, t=7):
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(n, t, 5, generator=g, dtype=torch.float64, requires_grad=True)
-    ids = torch.randint(0, 5, (n, t), generator=g)
-    lengths = torch.randint(1, t + 1, (n,), generator=g)
-    mask = (torch.arange(t)[None] < lengths[:, None]).double()
-    lp_mu = -torch.rand(n, generator=g, dtype=torch.float64) * 10
-    return logits, ids, mask, lp_mu
-
-
-def _token_logprobs(logits, ids, mask):
-    return torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1) * mask
-
-
+@pytest.mark.paper
 @pytest.mark.parametrize("norm", ["seq/len", "seq", "token"])
-def test_the_two_sums_of_eq8_are_table1s_topr_limits_exactly(norm):
-    """topr_loss (Eq. 8 written out) and truncated_loss with LIMITS["topr"] (Eq. 7) give the same
-    loss and gradient to the last bit, with and without a baseline and split; the other limits of
+def test_one_loss_path_with_topr_limits_is_eq8s_two_sums(norm):
+    """Eq. 8: topr_loss (Eq. 7 with LIMITS["topr"], the one loss path) and Eq. 8's two sums written
+    out give the same loss and gradient, with and without a baseline and split; the other limits of
     Table 1 differ on the same batch."""
     logits, ids, mask, lp_mu = _batch(seed=5)
     rewards = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 0.1], dtype=torch.float64)
     for kw in ({}, {"c": -0.8}, {"c": 0.0, "split": 1.0}):
         lp = _token_logprobs(logits, ids, mask)
         mu = lp.detach().sum(-1) + torch.tensor([0.5, -0.5, 2.0, 1.0, -3.0, 0.2])  # ratios >, < 1
-        canonical = topr.topr_loss(lp, mask, mu, rewards, norm=norm, **kw)
+        canonical = eq8_written_out(lp, mask, mu, rewards, norm=norm, **kw)
         (g1,) = torch.autograd.grad(canonical, logits)
         lp = _token_logprobs(logits, ids, mask)
-        general = topr.truncated_loss(lp, mask, mu, rewards, *topr.LIMITS["topr"], norm=norm, **kw)
+        general = topr.topr_loss(lp, mask, mu, rewards, norm=norm, limits=topr.LIMITS["topr"], **kw)
         (g2,) = torch.autograd.grad(general, logits)
-        assert canonical.item() == general.item() and torch.equal(g1, g2)
+        torch.testing.assert_close(general, canonical, rtol=0, atol=1e-12)
+        torch.testing.assert_close(g2, g1, rtol=0, atol=1e-12)
         for other in ("naive", "tis", "sft"):
-            value = topr.truncated_loss(_token_logprobs(logits, ids, mask), mask, mu, rewards,
-                                        *topr.LIMITS[other], norm=norm, **kw).item()
+            value = topr.topr_loss(_token_logprobs(logits, ids, mask), mask, mu, rewards, norm=norm,
+                                   limits=topr.LIMITS[other], **kw).item()
             assert abs(value - canonical.item()) > 1e-6, other
 
 
+@pytest.mark.paper
 def test_all_positive_data_is_reward_weighted_sft_in_value_and_gradient():
-    """a+ = b+ = 1 and R >= 0: loss and gradient equal -mean_i R_i LP_i / T_i, whatever LP_mu."""
+    """Eq. 8 on T+ alone: a+ = b+ = 1 and R >= 0: loss and gradient equal -mean_i R_i LP_i / T_i,
+    whatever LP_mu."""
     logits, ids, mask, lp_mu = _batch()
     rewards = torch.tensor([1.0, 0.5, 0.0, 2.0, 1.0, 0.1], dtype=torch.float64)
     for mu in (lp_mu, lp_mu - 300.0, torch.zeros_like(lp_mu)):
@@ -162,10 +232,13 @@ def test_all_positive_data_is_reward_weighted_sft_in_value_and_gradient():
         assert torch.allclose(g1, g2, atol=1e-12)
 
 
+@pytest.mark.paper
 def test_loss_normalisations_and_split_on_hand_computed_tensors():
+    """Eq. 8 by hand: seq, seq/len (Algorithm 1's LP / |y|) and token; a baseline c (Eqs. 9-10),
+    the split at 1 ([CR] Eq. 4); right-padding changes nothing."""
     logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-3.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    lp_mu = torch.tensor([-3.0, -2.0])  # lw = [0, -1]
+    lp_mu = torch.tensor([-3.0, -2.0])  # log_ratio = [0, -1]
     r = torch.tensor([1.0, -1.0])
     e = math.exp(-1)
     def loss(rewards, **kw):
@@ -185,13 +258,14 @@ def test_loss_normalisations_and_split_on_hand_computed_tensors():
             topr.topr_loss(logprobs, mask, lp_mu, r, norm=norm).item(), abs=1e-7)
 
 
+@pytest.mark.paper
 def test_split_is_by_r_minus_c_not_by_r():
-    """c = 0.5, R = [1, 0.1]: R - c = [0.5, -0.4] puts the second sample in T- (truncated,
-    alpha = e^-1); a split by R alone (R >= 0) would give it alpha = 1. With split 1 and
-    R = [1, 1.4], R - c = [0.5, 0.9]: both are in T-, though R >= 1 for both."""
+    """Eqs. 9-10 with Eq. 7's sets: c = 0.5, R = [1, 0.1]: R - c = [0.5, -0.4] puts the second
+    sample in T- (truncated, alpha = e^-1); a split by R alone (R >= 0) would give it alpha = 1.
+    With split 1 and R = [1, 1.4], R - c = [0.5, 0.9]: both are in T-, though R >= 1 for both."""
     logprobs = torch.tensor([[-1.0, -2.0], [-3.0, -1.0]], dtype=torch.float64)
     mask = torch.ones(2, 2, dtype=torch.float64)
-    lp_mu = torch.tensor([-2.0, -3.0], dtype=torch.float64)  # lw = [-1, -1]
+    lp_mu = torch.tensor([-2.0, -3.0], dtype=torch.float64)  # log_ratio = [-1, -1]
     e = math.exp(-1)
     r = torch.tensor([1.0, 0.1], dtype=torch.float64)
     by_r_minus_c = -(1.0 * 0.5 * -3 + e * -0.4 * -4) / 2
@@ -204,6 +278,7 @@ def test_split_is_by_r_minus_c_not_by_r():
     assert loss != pytest.approx(-(0.5 * -3 + 0.9 * -4) / 2)
 
 
+@pytest.mark.paper
 def test_task_rewards_default_to_the_reports_eq4():
     """[CR] Eq. 4: grad = E_{R=1}[R grad log pi] + E_{R<1}[[pi/mu]_0^1 R grad log pi], no baseline.
     The default (c, split) for the task's rewards gives exactly that loss, and leaves negatives,
@@ -227,57 +302,10 @@ def test_task_rewards_default_to_the_reports_eq4():
     assert topr.negative_share(rewards.tolist(), c, split) == pytest.approx(4 / 6)
 
 
-@pytest.mark.parametrize("variant", ["original", "A", "A+B"])
-def test_report_variant_is_one_command_for_eq4_in_the_reports_setting(variant, tiny_path, capsys):
-    """--report-variant V: reward V, c = 0, split 1 and whole-sequence log pi ([CR] Eq. 4), a
-    dataset of 1,000 completions at T = 0.15, top-p 0.85 (§4.1), batch 32, two epochs (A+B: a round
-    of A, then a round of B on data sampled from A's model); an explicit flag wins; a different
-    --reward is refused."""
-    args = topr.parse_args(["--report-variant", variant])[1]
-    assert (args.reward, args.c, args.split, args.loss_norm) == (variant, 0.0, 1.0, "seq")
-    assert (args.iterations, args.prompts * args.group_size, args.batch_size, args.epochs) == (
-        2 if variant == "A+B" else 1, 1000, 32, 2)
-    assert (args.temperature, args.top_p) == (0.15, 0.85)
-    if variant == "A+B":
-        assert [topr.variant_at("A+B", e, 4) for e in range(4)] == ["A", "A", "B", "B"]
-    assert topr.parse_args(["--report-variant", variant, "--epochs", "4"])[1].epochs == 4
-    with pytest.raises(SystemExit) as e:
-        topr.main(["--report-variant", variant, "--reward", "B", "--model", tiny_path])
-    assert e.value.code == 2 and "--report-variant" in capsys.readouterr().err.splitlines()[-1]
-
-
-@pytest.mark.parametrize("limits", LIMIT_SETS)
-def test_taper_objective_gradient_is_eq7_and_the_loss_gives_it(limits):
-    """Tabular: the autograd gradient of J = sum_y mu rho(pi/mu) R (Eq. 11) equals Eq. 7,
-    sum_y mu [pi/mu]_a^b R grad log pi, and so does topr_loss on the full 'dataset' weighted by
-    mu."""
-    a_pos, b_pos, a_neg, b_neg = limits
-    g = torch.Generator().manual_seed(1)
-    theta = torch.randn(8, generator=g, dtype=torch.float64, requires_grad=True)
-    mu = torch.softmax(torch.randn(8, generator=g, dtype=torch.float64), 0)
-    R = torch.tensor([1.0, -1.0, 0.5, -0.3, 1.0, -1.0, 0.2, -2.0], dtype=torch.float64)
-    pi = torch.softmax(theta, 0)
-    u = pi / mu
-    J = sum(mu[i] * taper(u[i:i + 1], *((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
-            * R[i] for i in range(8))
-    (g_rho,) = torch.autograd.grad(J.sum(), theta)
-    logpi = torch.log_softmax(theta, 0)
-    clamp = torch.stack([u[i].detach().clamp(*((a_pos, b_pos) if R[i] >= 0 else (a_neg, b_neg)))
-                         for i in range(8)])
-    (g_eq7,) = torch.autograd.grad((mu * clamp * R * logpi).sum(), theta)
-    assert torch.allclose(g_rho, g_eq7, atol=1e-8)
-    # the minibatch loss on one-token "sequences", rewards scaled by 8 mu (> 0, so no sign changes)
-    ones = torch.ones(8, 1, dtype=torch.float64)
-    loss = topr.truncated_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu),
-                               8 * mu * R, *limits, norm="seq")
-    (g_loss,) = torch.autograd.grad(loss, theta)
-    assert torch.allclose(-g_loss, g_eq7, atol=1e-8)
-
-
+@pytest.mark.paper
 def test_effective_positive_share_values():
     """Eq. 12 by hand: p = 0.1: c = 0 -> 0.1, c = -1 -> 1, c = 0.5 -> 0.0357; p = 0.5, c = 0.7 ->
-    0.15;
-    the multi-level p~ of docs/DERIVATIONS.md reduces to Eq. 12 on +1/-1 data."""
+    0.15; the multi-level p~ of docs/DERIVATIONS.md reduces to Eq. 12 on +1/-1 data."""
     assert topr.p_tilde_pm1(0.1, 0.0) == pytest.approx(0.1)
     assert topr.p_tilde_pm1(0.1, -1.0) == pytest.approx(1.0)
     assert topr.p_tilde_pm1(0.1, 0.5) == pytest.approx(0.0357, abs=5e-5)
@@ -292,9 +320,11 @@ def test_effective_positive_share_values():
         0.3 * 0.5 / (0.3 * 0.5 + 0.7 * 0.4))
 
 
+@pytest.mark.paper
 def test_effective_positive_share_for_several_reward_levels():
-    """docs/DERIVATIONS.md: at pi = mu the update is sum_i (R_i - c) grad log pi(y_i); p~ is the
-    share of sum_i |R_i - c| carried by samples with R_i > c:
+    """Eq. 12 for several reward levels (docs/DERIVATIONS.md): at pi = mu the update is
+    sum_i (R_i - c) grad log pi(y_i); p~ is the share of sum_i |R_i - c| carried by samples with
+    R_i > c:
     sum_k p_k (r_k - c)^+ / sum_k p_k |r_k - c| over the reward levels r_k with shares p_k. Reward
     B's four levels, then [CR] Eq. 4 (c = 0) on the original reward, where nothing is pushed down
     (p~ = 1), then a baseline between levels."""
@@ -310,36 +340,11 @@ def test_effective_positive_share_for_several_reward_levels():
         0.3 * 0.5 / (0.3 * 0.5 + 0.5 * 0.4 + 0.2 * 0.5))
 
 
-# --------------------------------------------------------------------------------------------------
-# Proposition 3.2 on a tabular problem: naive REINFORCE collapses, TOPR stays bounded
-# --------------------------------------------------------------------------------------------------
-def _tabular_run(limits, steps, seed=0, lr=0.1):
-    """5 arms, mu = softmax(N(0,1)), R = [1,-1,-1,1,-1], pi starts at mu; exact full-batch gradient
-    ascent of Eq. 7 computed through topr_loss."""
-    g = torch.Generator().manual_seed(seed)
-    mu_logits = torch.randn(5, generator=g, dtype=torch.float64)
-    mu = torch.softmax(mu_logits, 0)
-    R = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
-    theta = mu_logits.clone().requires_grad_(True)
-    ones = torch.ones(5, 1, dtype=torch.float64)
-    for _ in range(steps):
-        loss = topr.truncated_loss(torch.log_softmax(theta, 0)[:, None], ones, torch.log(mu),
-                                   5 * mu * R, *limits, norm="seq")
-        (grad,) = torch.autograd.grad(loss, theta)
-        with torch.no_grad():
-            theta -= lr * grad
-    pi = torch.softmax(theta.detach(), 0)
-    naive_objective = (mu * R * torch.log(pi)).sum().item()  # Eq. 4
-    u = pi / mu
-    j_topr = sum((mu[i] * taper(u[i:i + 1], *(limits[:2] if R[i] >= 0 else limits[2:]))
-                  * R[i]).item() for i in range(5))  # Eq. 11
-    return theta.detach(), pi, mu, grad.norm().item(), naive_objective, j_topr
-
-
+@pytest.mark.paper
 def test_naive_reinforce_collapses_and_topr_stays_bounded():
-    """Seed 2 draws mu with more mass on negatives (0.71) than on positives. Seen: naive logit range
-    110 at 1k steps, 560 at 5k, |g| = 0.83 throughout; TOPR range 7.2, |g| = 2.4e-3, negatives at
-    7e-4."""
+    """Prop. 3.2: naive REINFORCE (Eqs. 3-4) collapses off-policy, TOPR stays bounded. Seed 2 draws
+    mu with more mass on negatives (0.71) than on positives. Seen: naive logit range 110 at 1k
+    steps, 560 at 5k, |g| = 0.83 throughout; TOPR range 7.2, |g| = 2.4e-3, negatives at 7e-4."""
     theta_1k = _tabular_run(topr.LIMITS["naive"], 1000, seed=2)[0]
     theta, pi, mu, gnorm, naive_obj, _ = _tabular_run(topr.LIMITS["naive"], 5000, seed=2)
     spread_1k, spread = (theta_1k.max() - theta_1k.min()).item(), (theta.max() - theta.min()).item()
@@ -358,9 +363,46 @@ def test_naive_reinforce_collapses_and_topr_stays_bounded():
     assert j_topr <= (mu[[0, 3]] * (1 - torch.log(mu[[0, 3]]))).sum().item()
 
 
+@pytest.mark.paper
+def test_anna_karenina_keeps_the_first_positive_of_each_prompt():
+    """[TOPR] §4.3: the first correct sample of each prompt, every incorrect one; `keep` fills the
+    rest with random negatives; uniform keeps `keep` at random."""
+    grades = ["correct", "wrong", "correct", "no_answer", "wrong", "wrong", "wrong", "wrong"]
+    rows = [{"prompt_index": i // 4, "grade": g} for i, g in enumerate(grades)]
+    kept = topr.select(rows, "anna-karenina", 0, np.random.default_rng(0))
+    assert [r["grade"] for r in kept] == ["correct", "wrong", "no_answer"] + ["wrong"] * 4
+    assert kept[0] is rows[0]
+    kept = topr.select(rows, "anna-karenina", 3, np.random.default_rng(0))
+    assert len(kept) == 3 and kept[0] is rows[0] and all(r["grade"] != "correct" for r in kept[1:])
+    assert len(topr.select(rows, "uniform", 5, np.random.default_rng(0))) == 5
+
+
+@pytest.mark.paper
+def test_a_plus_b_is_a_for_the_first_half_of_all_epochs_then_b():
+    """[CR] §5.1, "Reward B TOPR after using Reward A": variant_at over all epochs of a run."""
+    assert [topr.variant_at("A+B", e, 4) for e in range(4)] == ["A", "A", "B", "B"]
+
+
 # --------------------------------------------------------------------------------------------------
-# End to end on the tiny model: the data file, --data reuse, lp_mu recomputation, resume, bad input
+# End to end on the tiny model: --report-variant, the data file, --data reuse, LP_mu, resume
 # --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["original", "A", "A+B"])
+def test_report_variant_is_one_command_for_eq4_in_the_reports_setting(variant, tiny_path, capsys):
+    """--report-variant V: reward V, c = 0, split 1 and whole-sequence log pi ([CR] Eq. 4), a
+    dataset of 1,000 completions at T = 0.15, top-p 0.85 (§4.1), batch 32, two epochs (A+B: a round
+    of A, then a round of B on data sampled from A's model); an explicit flag wins; a different
+    --reward is refused."""
+    args = topr.parse_args(["--report-variant", variant])[1]
+    assert (args.reward, args.c, args.split, args.loss_norm) == (variant, 0.0, 1.0, "seq")
+    assert (args.iterations, args.prompts * args.group_size, args.batch_size, args.epochs) == (
+        2 if variant == "A+B" else 1, 1000, 32, 2)
+    assert (args.temperature, args.top_p) == (0.15, 0.85)
+    assert topr.parse_args(["--report-variant", variant, "--epochs", "4"])[1].epochs == 4
+    with pytest.raises(SystemExit) as e:
+        topr.main(["--report-variant", variant, "--reward", "B", "--model", tiny_path])
+    assert e.value.code == 2 and "--report-variant" in capsys.readouterr().err.splitlines()[-1]
+
+
 RUN = ["--engine", "hf", "--threads", "1", "--seed", "0", "--sizes", "3", "--eval-sizes", "3",
        "--prompts", "6", "--group-size", "4", "--train-size", "50", "--max-new-tokens", "12",
        "--batch-size", "8", "--eval-size", "3", "--eval-k", "2", "--lr", "1e-3",
@@ -478,17 +520,6 @@ def test_time_limit_stops_training_then_evaluates_and_saves(tiny_path, tmp_path)
     assert not os.path.exists(os.path.join(out, "data-1.jsonl"))
 
 
-def test_anna_karenina_keeps_the_first_positive_of_each_prompt():
-    grades = ["correct", "wrong", "correct", "no_answer", "wrong", "wrong", "wrong", "wrong"]
-    rows = [{"prompt_index": i // 4, "grade": g} for i, g in enumerate(grades)]
-    kept = topr.select(rows, "anna-karenina", 0, np.random.default_rng(0))
-    assert [r["grade"] for r in kept] == ["correct", "wrong", "no_answer"] + ["wrong"] * 4
-    assert kept[0] is rows[0]
-    kept = topr.select(rows, "anna-karenina", 3, np.random.default_rng(0))
-    assert len(kept) == 3 and kept[0] is rows[0] and all(r["grade"] != "correct" for r in kept[1:])
-    assert len(topr.select(rows, "uniform", 5, np.random.default_rng(0))) == 5
-
-
 # --------------------------------------------------------------------------------------------------
 # Faults: a kill at any moment, Ctrl-C, non-finite values, bad files and flags
 # --------------------------------------------------------------------------------------------------
@@ -585,7 +616,7 @@ def test_ctrl_c_is_a_kill_and_the_last_checkpoint_stands(straight_run, tiny_path
     real_step = topr.topr_step
 
     def step_then_sigint(*a, **kw):
-        if a[-1] == 3:  # the step number
+        if a[-1] == 2:  # steps taken: this is step 3
             os.kill(os.getpid(), signal.SIGINT)
         return real_step(*a, **kw)
     monkeypatch.setattr(topr, "topr_step", step_then_sigint)

@@ -135,8 +135,8 @@ def test_topr_trainer_loss_and_gradient_equal_the_scripts(weak_sft, rows, tmp_pa
     lp_mu = _logprobs(trainer, trainer.model, batch)[0].detach().sum(-1)
 
     def loss_of(r, logprobs, mask):  # topr.py's step on this batch
-        return topr.truncated_loss(logprobs, mask, lp_mu, r, *topr.LIMITS["topr"], c=-0.8,
-                                   norm="seq/len", split=0.0)
+        return topr.topr_loss(logprobs, mask, lp_mu, r, c=-0.8, norm="seq/len", split=0.0,
+                              limits=topr.LIMITS["topr"])
     _assert_equal_and_sensitive(trainer, batch, loss_of, rewards, rewards.flip(0))
 
 
@@ -283,7 +283,7 @@ def test_topr_offline_trainer_loss_and_gradient_equal_topr_step(weak_sft, tmp_pa
                                clip=1e9)
         model = _float64(weak_sft)
         return _script_gradient(model, lambda opt: topr.topr_step(
-            model, opt, script_rows, r, args, tok.pad_token_id, 1))
+            model, opt, script_rows, r, args, tok.pad_token_id, 0))
     loss, grad = script_step(rewards, norm)
     assert grad.abs().max() > 1e-3  # a real gradient
     assert abs(trl_loss - loss) < 1e-6 * max(1.0, abs(loss)), (trl_loss, loss)
