@@ -69,12 +69,32 @@ PPO = ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32", "--group-size", "8",
        "25", "--eval-k", "20", "--eval-size", "50"]
 SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
-RULE = ("For each contrast d = arm - comparator, seed by seed, signed so that the paper's "
-        "direction is positive: **reproduced** if the mean of d over the seeds exceeds one sample "
-        "sd, **not reproduced** if it is below minus one sd, **inconclusive** otherwise (with 3 "
-        "seeds, mean > sd is t > 1.73, one-sided p about 0.11: a screen, not a test). A claim is "
-        "reproduced when every contrast is, not reproduced when none is and one is opposite, "
-        "inconclusive when all are within the noise, **partly** otherwise.")
+# The commit that registered each claim's primary contrast, before the runs that give its verdict.
+REGISTERED: dict[str, str] = {}
+# The claims registered at 1987642, under the rule of their contrasts then (EARLIER_RULE).
+EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
+                  "agro-fig6", "spo-fig1", "cr-table1")
+# The rule: a claim's verdict is its primary contrast's alone (primary_verdict); the other
+# contrasts are shown under the rule of 1987642 (EARLIER_RULE), as they were registered.
+RULE = ("Each claim has one **primary contrast**, about the paper's own method, registered before "
+        "the runs that give its verdict (the commit is named with it): d = arm - comparator, seed "
+        "by seed, signed so that the paper's direction is positive, and delta, registered with it, "
+        "the smallest difference that counts (1 point of accuracy, 0.01 of mean reward, or a "
+        "relative 25% for a ratio). The verdict reads the **median seed**, so that one outlier "
+        "seed neither makes nor breaks it: a claim of a difference is **reproduced** if the median "
+        "d >= delta, **not reproduced** if it is <= -delta (the opposite) or if all but one seed "
+        "lie within +-delta (no difference), **inconclusive** otherwise (run more seeds). A claim "
+        "of no difference is **equivalent** if all but one seed lie within +-delta and the median "
+        "too, **not reproduced** if the median lies beyond +-delta, inconclusive otherwise. The "
+        "margin is how far the median sits past the threshold that decided (negative: short of "
+        "the nearest one). With per-seed noise of sd delta and no true effect, the median of 3 "
+        "seeds passes delta 7% of the time: a screen, not a test.")
+EARLIER_RULE = (
+    "The rule of 1987642, for the secondary contrasts: **reproduced** if the mean of d over the "
+    "seeds exceeds one sample sd, **not reproduced** if it is below minus one sd, "
+    "**inconclusive** otherwise; a claim was reproduced when every contrast was, not reproduced "
+    "when none was and one was opposite, inconclusive when all were within the noise, **partly** "
+    "otherwise.")
 
 
 def c_for(p: float, pt: float) -> float:
@@ -97,6 +117,13 @@ def one_pass(data: str, c: str, loss: str, every: str | None = None) -> list[str
 
 def at(run, step):  # the evaluation at `step` (the last one before it)
     return [e for e in run["curve"] if e["step"] <= step][-1]
+
+
+def kl_efficiency(run) -> float:
+    """Accuracy gained per nat of KL to the start model at the end ([AGRO] Fig. 6's axes); nan
+    where either is not positive."""
+    gain = run["acc"] - run["start"]
+    return gain / run["kl"] if gain > 0 and run["kl"] > 0 else math.nan
 
 
 CLAIMS = {
@@ -124,6 +151,8 @@ CLAIMS = {
                       m["topr"][f"acc{n}"] - m["topr"][f"start{n}"], "probe") for n in SIZES],
                    ("probe: at the paper's 67% positives, TOPR end - start",
                     lambda m: m["topr-p67"]["acc"] - m["topr-p67"]["start"], "probe")],
+        primary=("TOPR improves on the start: TOPR end - start",
+                 lambda m: m["topr"]["acc"] - m["topr"]["start"], 1.0, "more"),
         plot="curve", shared={"topr-p67": "topr-fig4/all-p67"}),
     "topr-fig4": dict(
         paper="[TOPR] Fig. 4, §4.3",
@@ -150,6 +179,8 @@ CLAIMS = {
                     lambda m: m["all-p67"]["acc"] - m["positives"]["acc"], "probe"),
                    ("probe: p~ 68% by c = -0.8, all - positives",
                     lambda m: m["all-c-0.8"]["acc"] - m["positives"]["acc"], "probe")],
+        primary=("all - positives (acc, each one pass)",
+                 lambda m: m["all"]["acc"] - m["positives"]["acc"], 1.0, "more"),
         plot="curve", shared={"all": "topr-fig1/topr"}),
     "topr-fig5": dict(
         paper="[TOPR] Fig. 5, §4.3",
@@ -180,6 +211,11 @@ CLAIMS = {
                     m["n3-p10-pt10"]["acc3"] - m["n3-p10-pt100"]["acc3"], "probe"),
                    ("probe: lr 2e-6, 5 passes, p = 10%: p~ 10% - p~ 100%", lambda m:
                     m["lr2e-6x5-p10-pt10"]["acc"] - m["lr2e-6x5-p10-pt100"]["acc"], "probe")],
+        primary=("the peak at p~ 10-20%: their mean - the best of p~ 1, 5, 50, 100%, the lower "
+                 "of p = 10% and 50%", lambda m: min(
+                     (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
+                     - max(m[f"p{p}-pt{x}"]["acc"] for x in (1, 5, 50, 100)) for p in (10, 50)),
+                 1.0, "more"),
         plot="ptilde"),
     "topr-fig6": dict(
         paper="[TOPR] Fig. 6, §4.3",
@@ -196,6 +232,8 @@ CLAIMS = {
                    ("TOPR - TIS, mean over all six p~",
                     lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"]
                                               for x in (1, 5, 10, 20, 50, 100)))],
+        primary=("TOPR - TIS, mean over p~ 1, 5, 10%", lambda m: statistics.mean(
+            m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"] for x in (1, 5, 10)), 1.0, "more"),
         plot="ptilde",
         shared={f"topr-pt{round(100 * pt)}": f"topr-fig5/p10-pt{round(100 * pt)}"
                 for pt in PTILDE}),
@@ -230,6 +268,8 @@ CLAIMS = {
                     lambda m: m["agro-l0"]["area"] - m["rloo"]["area"], "probe"),
                    ("probe: at beta 0.5, on-policy AGRO (weight 1) - RLOO",
                     lambda m: m["agro-l1-b0.5"]["area"] - m["rloo-b0.5"]["area"], "probe")],
+        primary=("on-policy AGRO (weight 1) - RLOO, mean along training",
+                 lambda m: m["agro-l1"]["area"] - m["rloo"]["area"], 1.0, "more"),
         plot="curve"),
     "agro-fig5": dict(
         paper="[AGRO] Fig. 5, §8.2",
@@ -251,6 +291,8 @@ CLAIMS = {
                     lambda m: m["pg0"]["peak"] - m["pg0"]["acc"]),
                    ("probe: AGRO at beta 0.15 - KL-PG at 0.3, mean over epochs",
                     lambda m: m["agro-b0.15"]["area"] - m["klpg"]["area"], "probe")],
+        primary=("AGRO peak - KL-PG peak", lambda m: m["agro"]["peak"] - m["klpg"]["peak"],
+                 1.0, "more"),
         plot="curve"),
     "agro-fig6": dict(
         paper="[AGRO] Fig. 6, §8.3",
@@ -266,6 +308,8 @@ CLAIMS = {
                     lambda m: m["b0.02"]["area"] - m["b0.5"]["area"]),
                    ("less KL: KL at the end, beta 0.02 - beta 0.5",
                     lambda m: m["b0.02"]["kl"] - m["b0.5"]["kl"])],
+        primary=("more KL-efficient: gain per nat of KL at beta 0.5 over beta 0.02, - 1",
+                 lambda m: kl_efficiency(m["b0.5"]) / kl_efficiency(m["b0.02"]) - 1, 0.25, "more"),
         plot="kl", shared={"b0.05": "agro-fig2/agro-l0"}),
     "spo-fig1": dict(
         paper="[SPO] Fig. 1, §5",
@@ -311,7 +355,9 @@ CLAIMS = {
                     lambda m: m["spo-lr1e-5"]["p10"] - m["ppo-lr1e-5"]["p10"], "probe"),
                    ("probe: both at lr 1e-5, PPO - SPO, pass@1",
                     lambda m: m["ppo-lr1e-5"]["p1"] - m["spo-lr1e-5"]["p1"], "probe")],
-        plot="curve"),
+        primary=("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"], 1.0,
+                 "more"),
+        plot="curve", evaluate="spo"),
     "cr-table1": dict(
         paper="[CR] Table 1",
         says="TOPR with reward A (0.4060) and A then B (0.4849) above SFT (0.3385); RLOO "
@@ -331,8 +377,377 @@ CLAIMS = {
                    ("SFT - RLOO", lambda m: m["rloo"]["score0"] - m["rloo"]["score"]),
                    ("SFT - original", lambda m: m["original"]["score0"]
                     - m["original"]["score"])],
-        plot=None, digits=3),  # [CR]'s mean reward, in [0, 1]
+        primary=("A then B - SFT", lambda m: m["A+B"]["score"] - m["A+B"]["score0"], 0.01,
+                 "more"),
+        plot=None, digits=3, evaluate="cr"),  # [CR]'s mean reward, in [0, 1]
+    # ---- Registered with the primary-contrast rule (the headline claims missing before) ----
+    "topr-fig3": dict(
+        paper="[TOPR] Fig. 3, §4.3",
+        says="TOPR is the only one of four methods to significantly reduce invalid generations; "
+             "naive REINFORCE's become \"overwhelmingly degenerate\"",
+        setting="the share of correct, incorrect and invalid (\"The answer is\" absent) test "
+                "generations along training; Fig. 1's runs",
+        ours="topr-fig1's runs; invalid = no answer in <answer> tags (100 - format rate), T = 1",
+        arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
+              "naive": ("topr.py", one_pass("{pool}", "0", "naive", "50"), "paper")},
+        contrasts=[("invalid: naive end - TOPR end",
+                    lambda m: m["topr"]["format"] - m["naive"]["format"])],
+        primary=("TOPR reduces invalid answers: start - TOPR end, in %",
+                 lambda m: m["topr"]["format"] - m["topr"]["curve"][0]["format"], 1.0, "more"),
+        plot=None, shared={"topr": "topr-fig1/topr", "naive": "topr-fig1/naive"}),
+    "topr-s43": dict(
+        paper="[TOPR] §4.3 (Fig. 5)",
+        says="at the same effective share p~, positives from sampling beat positives from the "
+             "baseline: \"slightly, but consistently higher\" with p = 50% than with p = 10%",
+        setting="Fig. 5's two datasets, p = 10% and 50%, c set for each p~",
+        ours="topr-fig5's runs",
+        arms={f"p{p}-pt{round(100 * pt)}": (
+            "topr.py", one_pass("{d%d}" % p, f"{c_for(p / 100, pt):.4f}", "topr"), "paper")
+            for p in (10, 50) for pt in PTILDE},
+        contrasts=[(f"p = 50% - p = 10% at p~ {x}%", lambda m, x=x:
+                    m[f"p50-pt{x}"]["acc"] - m[f"p10-pt{x}"]["acc"]) for x in (10, 20, 50)],
+        primary=("p = 50% - p = 10%, mean over the six p~", lambda m: statistics.mean(
+            m[f"p50-pt{x}"]["acc"] - m[f"p10-pt{x}"]["acc"] for x in (1, 5, 10, 20, 50, 100)),
+                 1.0, "more"),
+        plot=None, shared={f"p{p}-pt{round(100 * pt)}": f"topr-fig5/p{p}-pt{round(100 * pt)}"
+                           for p in (10, 50) for pt in PTILDE}),
+    "topr-fig7": dict(
+        paper="[TOPR] Fig. 7, §4.3",
+        says="untruncated importance sampling is as performant as TOPR at clip 1, but TOPR is "
+             "more robust to a higher gradient clip (100)",
+        setting="standard IS (a+ = a- = 0, b+ = b- = inf) against TOPR from the base model, "
+                "clip 1.0 and 100.0",
+        ours="topr-fig1's setting (one pass over POOL), --loss is against topr, clip 1 and 100",
+        arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
+              "is": ("topr.py", one_pass("{pool}", "0", "is", "50"), "paper"),
+              "topr-clip100": ("topr.py", one_pass("{pool}", "0", "topr", "50")
+                               + ["--clip", "100"], "paper"),
+              "is-clip100": ("topr.py", one_pass("{pool}", "0", "is", "50") + ["--clip", "100"],
+                             "paper")},
+        contrasts=[("at clip 1, TOPR - IS (the paper: no difference)",
+                    lambda m: m["topr"]["acc"] - m["is"]["acc"])],
+        primary=("at clip 100, TOPR end - IS end",
+                 lambda m: m["topr-clip100"]["acc"] - m["is-clip100"]["acc"], 1.0, "more"),
+        plot="curve", shared={"topr": "topr-fig1/topr"}),
+    "topr-fig8": dict(
+        paper="[TOPR] Fig. 8, §4.3",
+        says="over several iterations, Anna Karenina sampling beats uniform sampling (GSM8K "
+             "pass@1 79.6% against 75.4%)",
+        setting="iterations of N = 50,000 samples from mu_i = pi_{i-1}; Anna Karenina: 64 "
+                "candidates a problem, its first positive kept, negatives fill the batch",
+        ours="topr.py's defaults: 6 iterations of 500 prompts x 8, 1,000 samples kept a round, "
+             "reward +1/-1, c = -0.8; anna-karenina against uniform",
+        arms={"ak": ("topr.py", ["--reward", "pm1", "--sampling", "anna-karenina",
+                                 "--eval-every", "16"], "paper"),
+              "uniform": ("topr.py", ["--reward", "pm1", "--sampling", "uniform",
+                                      "--eval-every", "16"], "paper")},
+        contrasts=[("Anna Karenina improves on the start", lambda m: m["ak"]["acc"]
+                    - m["ak"]["start"])],
+        primary=("Anna Karenina - uniform, acc at the end",
+                 lambda m: m["ak"]["acc"] - m["uniform"]["acc"], 1.0, "more"),
+        plot="curve"),
+    "agro-s81": dict(
+        paper="[AGRO] §8.1 (Fig. 2)",
+        says="on perfectly on-policy samples off-policy AGRO behaves identically to regularised "
+             "PG (\"indeed the case within statistical errors\")",
+        setting="Fig. 2's runs: off-policy AGRO and regularised PG on fresh samples",
+        ours="agro-fig2's runs: agro.py --lambda-lr 0 against rloo.py with the KL in R",
+        arms={"rloo": ("rloo.py", A + ["--beta", "0.05", "--lr-schedule", "constant"],
+                       "paper: KL in the reward"),
+              "agro-l0": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
+                                          "--lambda-lr", "0"], "paper: off-policy AGRO")},
+        contrasts=[],
+        primary=("off-policy AGRO - RLOO, mean along training",
+                 lambda m: m["agro-l0"]["area"] - m["rloo"]["area"], 1.0, "equal"),
+        plot=None, shared={"rloo": "agro-fig2/rloo", "agro-l0": "agro-fig2/agro-l0"}),
+    "agro-fig4": dict(
+        paper="[AGRO] Fig. 4, §8.2",
+        says="off-policy learning is as KL-efficient as on-policy, though on-policy drives the "
+             "KL up more in the same number of steps",
+        setting="AGRO on off-policy (pi_ref's) and on-policy samples; performance against KL",
+        ours="agro-fig2's on-policy AGRO (weight 1) against agro.py --mode offpolicy on 512 "
+             "prompts x 8 of the start model, the same beta 0.05, steps and lr",
+        arms={"on": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05", "--lambda-lr", "1"],
+                     "paper"),
+              "off": ("agro.py", A + ["--mode", "offpolicy", "--offline-prompts", "512",
+                                      "--beta", "0.05"], "paper")},
+        contrasts=[("on-policy moves further: KL at the end, on - off",
+                    lambda m: m["on"]["kl"] - m["off"]["kl"])],
+        primary=("KL efficiency (gain per nat), off-policy over on-policy, - 1",
+                 lambda m: kl_efficiency(m["off"]) / kl_efficiency(m["on"]) - 1, 0.25, "equal"),
+        plot="kl", shared={"on": "agro-fig2/agro-l1"}),
+    "spo-both": dict(
+        paper="[SPO] §5, abstract",
+        says="SPO improves both pass@1 and pass@10 over the start model",
+        setting="Fig. 1's SPO run; pass@k from 20 samples at T = 0.4, top-p 0.95",
+        ours="spo-fig1's SPO run and its final evaluation",
+        arms={"spo": ("spo.py", S, "paper")},
+        contrasts=[("pass@1: SPO - start", lambda m: m["spo"]["p1"] - m["spo"]["p1_0"])],
+        primary=("the lower of pass@1 - start and pass@10 - start", lambda m: min(
+            m["spo"]["p1"] - m["spo"]["p1_0"], m["spo"]["p10"] - m["spo"]["p10_0"]), 1.0, "more"),
+        plot=None, shared={"spo": "spo-fig1/spo"}, evaluate="spo"),
+    "cr-s51": dict(
+        paper="[CR] §5.1",
+        says="reward B alone is \"too unstable and ineffective to improve SFT, quickly "
+             "collapsing to 0.1 evaluation reward\"",
+        setting="Table 1's TOPR setting with reward B",
+        ours="topr.py at --report-variant's setting (REPORT_SETTING) with --reward B",
+        arms={"B": ("topr.py", ["--reward", "B", "--iterations", "1"] + [
+            x for k, v in topr.REPORT_SETTING.items() for x in (f"--{k.replace('_', '-')}",
+                                                                str(v))], "paper")},
+        contrasts=[],
+        primary=("SFT - B, mean reward", lambda m: m["B"]["score0"] - m["B"]["score"], 0.01,
+                 "more"),
+        plot=None, digits=3, evaluate="cr"),
+    "cr-table2": dict(
+        paper="[CR] Table 2",
+        says="on the harder test set TOPR with reward A (0.2656) beats RLOO (0.129) and A then B "
+             "(0.1458)",
+        setting="1,000 harder puzzles (larger numbers), Table 1's models and decoding",
+        ours="cr-table1's runs; the harder set: 4-number puzzles (our generator has no "
+             "larger-number split)",
+        arms={v: ("topr.py", ["--report-variant", v], "paper") for v in ("A", "A+B")}
+        | {"rloo": ("rloo.py", ["--beta", "0", "--group-size", "16", "--prompts", "4", "--lr",
+                                "1e-4", "--train-size", "500", "--steps", "250", "--reward",
+                                "original"], "paper")},
+        contrasts=[("A - A then B, 4 numbers", lambda m: m["A"]["score4"] - m["A+B"]["score4"])],
+        primary=("A - RLOO, mean reward on 4 numbers",
+                 lambda m: m["A"]["score4"] - m["rloo"]["score4"], 0.01, "more"),
+        plot=None, digits=3, evaluate="cr",
+        shared={"A": "cr-table1/A", "A+B": "cr-table1/A+B", "rloo": "cr-table1/rloo"}),
+    # Registered as not run here, each with why.
+    "agro-fig1": dict(
+        paper="[AGRO] Fig. 1, §5.1", runs=False,
+        says="off-policy AGRO converges to pi*, KL-regularised PG does not",
+        why="a tabular bandit, exact, not a Countdown run: tests/test_agro.py::"
+            "test_fig1_offpolicy_agro_reaches_pi_star_klpg_does_not"),
+    "spo-speed": dict(
+        paper="[SPO] §3.2, §5", runs=False,
+        says="asynchronous off-policy training is faster in wall clock and lighter in memory "
+             "than synchronous on-policy training",
+        why="needs the paper's asynchronous trainers and generation workers on several GPUs; "
+            "spo.py is one synchronous process"),
+    "cr-s61": dict(
+        paper="[CR] §6.1", runs=False,
+        says="TOPR was significantly easier to train than RLOO: less variance, faster "
+             "convergence, less memory",
+        why="ease of tuning is a judgement, and variance and memory are not per-seed contrasts; "
+            "cr-table1 shows both methods' seeds and minutes"),
 }
+# What differs, the paper's setting -> ours, knob by knob (shown before any figure); a claim
+# run on another's runs reads that claim's rows (DEPARTURES_AS) and adds its own.
+DEPARTURES = {
+    "topr-fig1": [
+        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
+        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
+        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
+        ('steps', 'one epoch; step count not given (§4.2)', 'one pass: 500 steps of 64'),
+        ('data', 'GSM8K train, 7,473 x 16 base-model samples (§4.1)',
+         'POOL: Countdown 3-4 numbers, 4,000 x 8 = 32,000'),
+        ('positive share', '~67% (negatives ~33%, §4.3 Fig. 7 text)', '~19% (POOL, 3 seeds)'),
+        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
+         'T 1, top-p 1, no top-k, 64 tokens'),
+        ('baselines', 'PPO (eps 0.2) and DPO also in Fig. 1 (§4.3)',
+         'not run: naive and TOPR only'),
+        ('metric', 'pass@1, GSM8K test 1,319, 64 samples (§4.1-4.2)',
+         'acc at T 1, 8 samples, 200 problems a size'),
+        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
+    ],
+    "topr-fig4": [
+        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
+        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
+        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
+        ('steps', 'one epoch each; step count not given (§4.2-4.3)',
+         'one pass: all 500 steps, positives ~96'),
+        ('data', "Fig. 1's samples, negatives removed; + MATH (§4.3)",
+         "POOL's correct (~6,100) vs all 32,000"),
+        ('positive share', 'all: ~67% (negatives ~33%, §4.3)', 'all: ~19% (POOL)'),
+        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
+         'T 1, top-p 1, no top-k, 64 tokens'),
+        ('metric', 'GSM8K test pass@1; histogram of correct gens (Fig. 4)',
+         'acc at T 1 (8 a problem); none correct: 1 - pass@8'),
+        ('histogram samples', 'not given', '8 a problem'),
+        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
+    ],
+    "topr-fig5": [
+        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
+        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
+        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
+        ('steps', 'one epoch of 50,000; step count not given (§4.2-4.3)',
+         'one pass: 100 steps of 64'),
+        ('data', '50,000 GSM8K samples at p = 10% / 50% (§4.3)',
+         '6,400 from POOL at p = 10% / 50%'),
+        ('baseline c', 'set for p~ 1% to 100%; points not given (§4.3)',
+         'Eq. 12 for p~ 1, 5, 10, 20, 50, 100%'),
+        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
+         'T 1, top-p 1, no top-k, 64 tokens'),
+        ('metric', 'test acc, GSM8K test 1,319 (Fig. 5, §4.1)',
+         'acc at T 1, 8 samples, 200 problems a size'),
+        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
+    ],
+    "topr-fig6": [
+        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
+        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
+        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
+        ('steps', 'one epoch; step count not given (§4.2)', 'one pass: 100 steps of 64'),
+        ('data', 'p = 10% sets, GSM8K and MATH (Fig. 6)',
+         "topr-fig5's p = 10% set: 6,400 from POOL"),
+        ('baseline c', 'set for p~ 1% to 100%; points not given (Fig. 6)',
+         'Eq. 12 for p~ 1, 5, 10, 20, 50, 100%'),
+        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
+         'T 1, top-p 1, no top-k, 64 tokens'),
+        ('metric', 'test acc, GSM8K 1,319 and MATH-500 (Fig. 6, §4.1)',
+         'acc at T 1, 8 samples, 200 problems a size'),
+        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
+    ],
+    "agro-fig2": [
+        ('model', 'Llama 3 8B after SFT on MATH train (§8, App. A)',
+         'tiny: 1M-param char model after sft.py'),
+        ('lr', 'same for all arms; value not given (§8, App. A)',
+         '6e-5 AdamW, constant after 10 warm-up'),
+        ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
+        ('steps', 'epochs on MATH train; count not given (Fig. 2)',
+         '125 steps (4,000 prompts, < 1 epoch)'),
+        ('data', 'MATH train / test; sizes lost from our copy (App. A)',
+         'Countdown 3-4 numbers; 200 held out a size'),
+        ('positive share', 'not given', 'start model ~19% correct at T 1'),
+        ('reward', 'match / no match: values lost from our copy (§8)',
+         "1 / 0.1 / 0 (task's 'original')"),
+        ('beta', 'one beta: value lost from our copy (§8.1)', '0.05, per sequence'),
+        ('on-policy AGRO', 'g_LR at weight 1 (Eqs. 5-6, lost from our copy)',
+         'lambda_LR 1, and beta/2 (ours)'),
+        ('g_LR baseline', 'variance baseline; which one ran not given (§4.2)',
+         'var: unbiased, centred (agro.py default)'),
+        ('sampler', 'train and eval temperature lost from our copy (App. A)',
+         'T 1, no top-p, 64 tokens; eval 8 a problem'),
+        ('metric', 'train reward (Fig. 2); test performance (Fig. 3)',
+         'held-out acc at T 1, mean of 5 evals'),
+        ('seeds', '2 (§8.1)', '3'),
+    ],
+    "agro-fig5": [
+        ('model', 'Llama 3 8B after SFT on MATH train (§8, App. A)',
+         'tiny: 1M-param char model after sft.py'),
+        ('lr', 'value not given (§8, App. A)', '6e-5 AdamW after 10 warm-up (agro.py default)'),
+        ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
+        ('epochs', 'count not given (Fig. 5, §8.2)', '10 epochs of 16 steps (160 steps)'),
+        ('data', 'pi_ref samples on MATH train, fixed; count lost (§8.2)',
+         '512 prompts x 8 of the start model at T 1'),
+        ('positive share', 'not given', "~19% (start model's acc at T 1)"),
+        ('reward', 'match / no match: values lost from our copy (§8)',
+         "1 / 0.1 / 0 (task's 'original')"),
+        ('beta', 'one beta for AGRO and KL-PG: value lost (§8.2)',
+         '0.3 (agro.py off-policy default); PG: 0'),
+        ('sampler', 'train and eval temperature lost from our copy (App. A)',
+         'T 1, no top-p, 64 tokens; eval 8 a problem'),
+        ('metric', 'test performance against epochs (Fig. 5)',
+         'held-out acc at T 1: peak, mean over epochs'),
+        ('seeds', 'not given', '3'),
+    ],
+    "agro-fig6": [
+        ('model', 'Llama 3 8B after SFT on MATH train (§8, App. A)',
+         'tiny: 1M-param char model after sft.py'),
+        ('lr', 'value not given (§8, App. A)', '6e-5 AdamW, constant after 10 warm-up'),
+        ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
+        ('steps', 'not given (Fig. 6)', '125 steps'),
+        ('data', 'MATH train / test; sizes lost from our copy (App. A)',
+         'Countdown 3-4 numbers; 200 held out a size'),
+        ('positive share', 'not given', 'start model ~19% correct at T 1'),
+        ('reward', 'match / no match: values lost from our copy (§8)',
+         "1 / 0.1 / 0 (task's 'original')"),
+        ('beta', 'several, 0 included: values lost from our copy (§8.3)', '0, 0.02, 0.05, 0.5'),
+        ('arms', 'RLOO and off-policy AGRO, each per beta (§8.3)',
+         'agro.py lambda_LR 0: one estimator for both'),
+        ('sampler', 'train and eval temperature lost from our copy (App. A)',
+         'T 1, no top-p, 64 tokens; eval 8 a problem'),
+        ('metric', 'performance against steps and against KL (Fig. 6)',
+         'acc gain per nat of KL at end; mean acc along run'),
+        ('seeds', 'not given', '3'),
+    ],
+    "spo-fig1": [
+        ('model', 'Llama-3.1-8B-Instruct (§5)', 'tiny: 1M-param char model after sft.py'),
+        ('lr', '6e-8 AdamW, constant after 200 warm-up (§5)',
+         '6e-5 AdamW, constant after 10 warm-up (both arms)'),
+        ('steps', '100,000 (§5)', '125'),
+        ('batch', '128 (§5); samples a prompt not given', '256 = 32 prompts x 8 (both arms)'),
+        ('data', 'CodeContests train, deduped vs TACO test (§5)',
+         'Countdown 3-4 numbers, 256 problems a size'),
+        ('positive share', 'not given', 'start pass@1 30.7% at T 0.4'),
+        ('Q0 estimate', '800 samples of pi_0 a prompt (§3.1.3, §5)',
+         '64 a prompt at T 1 (spo.py default)'),
+        ('offline set', 'correct, deduped; 5 sources incl. Llama-70B, human (§5)',
+         'correct, deduped; start model, SPO run, stand-in'),
+        ('offline sampler', 'pi_0 at random temperature, top-p 0.95 (§5)',
+         'T ~ U(0.1, 1.0), top-p 0.95, 8 a problem'),
+        ('PPO', 'PPO: GAE value model, clipped loss, IS (§3.1.4)',
+         'stand-in: rloo.py, KL in the reward (ours)'),
+        ('PPO reward', "r in {0, -1} (§2.1); PPO's scale not stated",
+         "1 / 0.1 / 0 (rloo.py default: 'original')"),
+        ('PPO sampler', 'behaviour policy every batch; T not given (§5)',
+         'T 1, no top-p, current weights each step'),
+        ('metric', 'pass@10, pass@1: CodeContests + TACO tests (§5)',
+         'pass@10, pass@1: 200 Countdown problems a size'),
+        ('curves', 'pass@10 against step (Fig. 1)', 'pass@20 at T 1, 50 a size, every 25 steps'),
+    ],
+    "cr-table1": [
+        ('model', 'Qwen2.5-0.5B after SFT (§1, §3.4)', 'tiny: 1M-param char model after sft.py'),
+        ('SFT data', 'cog_behav_all_strategies, ~half correct (§4.1)',
+         'solver demonstrations (sft.py defaults)'),
+        ('data', 'Countdown: ~1,000 of ~47,000 examples (§4.1)',
+         'seeded Countdown 3-4 numbers, 1,000 prompts'),
+        ('test set', '200 examples (Table 1); numbers a puzzle not given',
+         '200 problems a size, 3 and 4 numbers'),
+        ('TOPR data', '1,000 at T 0.15, top-p 0.85 (§4.1; §3.2: n 2, 0.9)',
+         '1,000 x 1 at T 0.15, top-p 0.85'),
+        ('positive share', 'not given', 'not reported'),
+        ('TOPR epochs', 'not given', '2 (64 steps; A+B: 2 rounds, 128)'),
+        ('TOPR batch', '32 best (§5.3); 64 in the lr sweep (§5.2)', '32'),
+        ('RLOO lr', "not given ('matched hyperparameters', §3.5)", '1e-4'),
+        ('RLOO batch', 'k = 16, batch of 1 on one GPU (§6.1)', '4 prompts x 16'),
+        ('RLOO steps', 'not given; ~1,000 prompts (§4.1)', '250 steps (1,000 prompts)'),
+        ('RLOO reward', "not stated ('matched ... reward signals', §3.5)",
+         'original: 1 / 0.1 / 0'),
+        ('metric', 'Average Score, 200 examples; samples not given',
+         "mean 'original' reward, 8 samples a problem"),
+        ("metric's reward", 'not stated which reward scores Table 1 (§4.3)',
+         "'original' for every row"),
+        ('max tokens', 'not given', '64'),
+    ],
+    "topr-fig7": [("clip", "1.0 and 100.0 (Fig. 7)", "1 and 100")],
+    "topr-fig8": [
+        ("model", "DeepSeek-R1 8B, Llama 3 8B (Fig. 8)", "tiny: 1M-param char model after sft.py"),
+        ("lr", "5e-7 constant, Adafactor (§4.2)", "5e-5 constant, AdamW"),
+        ("data", "GSM8K and MATH, N = 50,000 a round (§4.3)",
+         "Countdown, 500 prompts x 8 a round"),
+        ("candidates", "64 a problem, first positive kept (§4.3)",
+         "8 a prompt, first positive kept"),
+        ("kept a round", "50,000 (§4.3)", "1,000 of 4,000 (--keep)"),
+        ("rounds", "several; count not given (Fig. 8)", "6"),
+        ("reward, c", "+1 / -1, no baseline (§4.2)", "+1 / -1, c = -0.8 (topr.py's default)"),
+        ("metric", "pass@1 and maj@16 (Fig. 8)", "acc at T 1, 8 samples, 200 problems a size"),
+    ],
+    "agro-fig4": [("off-policy data", "pi_ref's samples; count lost from our copy (§8.2)",
+                   "512 prompts x 8 of the start model, beta 0.05")],
+    "cr-s51": [("reward", "B alone (§5.1)", "B alone, Table 1's TOPR setting")],
+    "cr-table2": [("test set", "1,000 harder puzzles, larger numbers (Table 2)",
+                   "4-number puzzles, 200 (our stand-in)")],
+}
+DEPARTURES_AS = {"topr-fig3": "topr-fig1", "topr-s43": "topr-fig5", "topr-fig7": "topr-fig1",
+                 "agro-s81": "agro-fig2", "agro-fig4": "agro-fig2", "spo-both": "spo-fig1",
+                 "cr-s51": "cr-table1", "cr-table2": "cr-table1"}
+
+
+def departures(cid: str) -> list[tuple[str, str, str]]:
+    """The knobs where a claim's miniature differs from the paper (DEPARTURES)."""
+    return DEPARTURES.get(DEPARTURES_AS.get(cid), []) + DEPARTURES.get(cid, [])
+
+
+# --paper-settings: the paper's values of the knobs that a GPU and a real model can take, by claim
+# and script (later flags win). What our copy of a paper lost ([AGRO]'s beta, batch and lr) or the
+# paper never gave ([CR]'s RLOO lr, lengths) stays ours.
+TOPR_PAPER = {"topr.py": ["--lr", "5e-7", "--max-new-tokens", "512"]}  # [TOPR] §4.2
+SPO_PAPER = {"spo.py": ["--lr", "6e-8", "--warmup", "200", "--q0-samples", "800"]}  # [SPO] §5
+PAPER_SETTINGS = {**{cid: TOPR_PAPER for cid in CLAIMS if cid.startswith("topr")},
+                  "pool": TOPR_PAPER, "spo-fig1": SPO_PAPER, "spo-both": SPO_PAPER}
 # The shorter budgets of --quick, by script (later flags win): a smoke run of every claim.
 QUICK = {"topr.py": ["--prompts", "64", "--eval-size", "20", "--eval-k", "4", "--eval-every", "4"],
          "rloo.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4"],
@@ -343,15 +758,40 @@ QUICK = {"topr.py": ["--prompts", "64", "--eval-size", "20", "--eval-k", "4", "-
 
 
 # ---- Running the arms ----------------------------------------------------------------------------
-def run(script: str, flags: list[str], out: str, seed: int, args) -> str:
+def run(script: str, flags: list[str], out: str, seed: int, args, cid: str = "") -> str:
     """One script from the start model with this seed, to its end (or the finished run in out)."""
-    flags = flags + (QUICK.get(script, []) if args.quick else [])
-    cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads",
-           str(args.threads), "--out", out, *flags]
+    cmd = command(script, flags, seed, args, cid) + ["--threads", str(args.threads), "--out", out]
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     name = os.path.relpath(out, args.out).replace(os.sep, "-")
     compare.run_script(name, cmd, out, os.path.join(args.out, "logs"))
     return out
+
+
+def command(script: str, flags: list[str], seed: int, args, cid: str = "") -> list[str]:
+    """An arm's command from the start model with this seed (its --quick or --paper-settings
+    flags last: they win)."""
+    extra = QUICK.get(script, []) if args.quick else []
+    if getattr(args, "paper_settings", False):
+        extra += PAPER_SETTINGS.get(cid, {}).get(script, [])
+    return [sys.executable, script, "--model", args.sft, "--seed", str(seed), *flags, *extra]
+
+
+def dry_run(ids: list[str], args) -> list[str]:
+    """Every arm's command of these claims for every seed, run from the repository, nothing run;
+    {pool} and the like name the files a run composes first (pool_files, spo_offline)."""
+    lines = []
+    if any(x.startswith(("{pool", "{pos", "{d")) for cid in ids
+           for _, flags, _ in CLAIMS[cid]["arms"].values() for x in flags):
+        lines += ["# POOL, first: the start model's samples, one file a seed (pool_files)"]
+        lines += [" ".join(["python", *command("topr.py", POOL, s, args, "pool")[1:]])
+                  for s in args.seeds]
+    for cid in ids:
+        for arm, (script, flags, role) in CLAIMS[cid]["arms"].items():
+            shared = CLAIMS[cid].get("shared", {}).get(arm)
+            lines += [f"# {cid} / {arm} ({role})" + (f": the runs of {shared}" if shared else "")]
+            lines += [" ".join(["python", *command(script, flags, s, args, cid)[1:]])
+                      for s in args.seeds]
+    return lines
 
 
 def run_dir(cid: str, arm: str, seed: int, args) -> str:
@@ -372,7 +812,7 @@ def pool_files(seed: int, args) -> dict:
     share) and d10n3 (d10 from 3-number puzzles alone)."""
     out = os.path.join(args.out, f"pool-s{seed}")
     quick = ["--prompts", "64", "--eval-size", "1"] if args.quick else []
-    run("topr.py", POOL + quick, out, seed, args)
+    run("topr.py", POOL + quick, out, seed, args, "pool")
     files = {"pool": os.path.join(out, "data-0.jsonl")}
     with open(files["pool"]) as f:
         rows = f.readlines()
@@ -521,41 +961,38 @@ def run_claim(cid: str, args) -> dict:
             for s in args.seeds:
                 files[s].update(spo_offline(s, claim_dir, args))
         jobs = [(claim["arms"][a][0], [x.format(**files[s]) for x in claim["arms"][a][1]],
-                 run_dir(cid, a, s, args), s, args)
+                 run_dir(cid, a, s, args), s, args, cid)
                 for a in stage for s in args.seeds]
         side_by_side(run, jobs, args.jobs)
     m = {s: {a: figures(run_dir(cid, a, s, args)) for a in claim["arms"]}
          for s in args.seeds}
     runs = [run_dir(cid, a, s, args) for a in claim["arms"] for s in args.seeds]
     runs += [os.path.dirname(f["pool"]) for f in files.values() if "pool" in f]
-    if cid == "spo-fig1":  # pass@1 and pass@10 from 20 samples at T = 0.4, top-p 0.95
-        k, n = (4, 2) if args.quick else (20, 10)
-        todo = [(args.sft, os.path.join(claim_dir, f"start-eval-s{s}.json"), s)
-                for s in args.seeds]
-        todo += [(f"{claim_dir}/{a}-s{s}/final", f"{claim_dir}/{a}-s{s}/eval-spo.json", s)
-                 for a in claim["arms"] for s in args.seeds]
-        ev = dict(zip([(c, s) for _, c, s in todo], final_evals(todo, k, SPO_EVAL, args)))
+    kind = claim.get("evaluate")  # a final evaluation of every arm's model, in its run folder
+    if kind:  # spo: pass@1 and pass@10 from 20 samples at T = 0.4, top-p 0.95; cr: the mean
+        # reward_original of 8 samples at T = 0.15, top-p 0.9, top-k 30
+        k, decoding = ((4 if args.quick else 20), SPO_EVAL) if kind == "spo" else \
+            (8, compare.REPORT_DECODING)
+        n = (2 if args.quick else 10)
+        start = {s: os.path.join(claim_dir, f"start-eval-s{s}.json") for s in args.seeds}
+        end = {(a, s): os.path.join(run_dir(cid, a, s, args), f"eval-{kind}.json")
+               for a in claim["arms"] for s in args.seeds}
+        todo = [(args.sft, start[s], s) for s in args.seeds] + [
+            (os.path.join(os.path.dirname(c), "final"), c, s) for (_, s), c in end.items()]
+        ev = dict(zip([c for _, c, _ in todo], final_evals(todo, k, decoding, args)))
         runs += [c for _, c, _ in todo]
-        for s in args.seeds:
-            start = ev[(os.path.join(claim_dir, f"start-eval-s{s}.json"), s)]["correct"]
-            for a in claim["arms"]:
-                end = ev[(f"{claim_dir}/{a}-s{s}/eval-spo.json", s)]["correct"]
-                m[s][a].update(p1=pass_k(end, k, 1), p10=pass_k(end, k, n),
-                               p1_0=pass_k(start, k, 1), p10_0=pass_k(start, k, n))
-    if cid == "cr-table1":  # mean reward_original, 8 samples at T = 0.15, top-p 0.9, top-k 30
-        todo = [(args.sft, os.path.join(claim_dir, f"start-eval-s{s}.json"), s)
-                for s in args.seeds]
-        todo += [(f"{claim_dir}/{a}-s{s}/final", f"{claim_dir}/{a}-s{s}/eval-cr.json", s)
-                 for a in claim["arms"] for s in args.seeds]
-        ev = dict(zip([(c, s) for _, c, s in todo],
-                      final_evals(todo, 8, compare.REPORT_DECODING, args)))
-        runs += [c for _, c, _ in todo]
-        for s in args.seeds:
-            start = ev[(os.path.join(claim_dir, f"start-eval-s{s}.json"), s)]["rewards"]
-            for a in claim["arms"]:
-                end = ev[(f"{claim_dir}/{a}-s{s}/eval-cr.json", s)]["rewards"]
-                m[s][a].update(score=statistics.mean(end["original"]),
-                               score0=statistics.mean(start["original"]))
+        for (a, s), c in end.items():
+            before, after = ev[start[s]], ev[c]
+            if kind == "spo":
+                m[s][a].update(p1=pass_k(after["correct"], k, 1),
+                               p10=pass_k(after["correct"], k, n),
+                               p1_0=pass_k(before["correct"], k, 1),
+                               p10_0=pass_k(before["correct"], k, n))
+            else:  # rewards["original"]: one mean a size, in SIZES' order
+                m[s][a].update(score=statistics.mean(after["rewards"]["original"]),
+                               score0=statistics.mean(before["rewards"]["original"]),
+                               score4=after["rewards"]["original"][SIZES.index(4)],
+                               score4_0=before["rewards"]["original"][SIZES.index(4)])
     contrasts = []
     for text, fn, *probe in claim["contrasts"]:  # a probe: an investigation, not in the verdict
         d = [fn(m[s]) for s in args.seeds]
@@ -564,12 +1001,31 @@ def run_claim(cid: str, args) -> dict:
     result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
               "runs": sorted(set(runs)), "jobs": args.jobs, "figures": m,
               "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
-              "verdict": claim_verdict([c["verdict"] for c in contrasts if not c["probe"]]),
               "commands": {a: [sc, *fl] for a, (sc, fl, _) in claim["arms"].items()}}
+    result["primary"], result["commit"] = primary_of(cid, result), compare.commit()
+    result["verdict"] = result["primary"]["verdict"]
+    if cid in EARLIER_CLAIMS:  # and under the rule these contrasts were registered with
+        result["earlier_verdict"] = claim_verdict(
+            [c["verdict"] for c in contrasts if not c["probe"]])
     result["minutes"] = minutes([result])  # the claim alone, its shared runs included
     compare.write_json(os.path.join(claim_dir, "result.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
     return result
+
+
+def primary_of(cid: str, r: dict) -> dict:
+    """The primary contrast of a claim's result, d from its figures seed by seed, and RULE's
+    verdict and margin (a result.json made before the rule gets them here too)."""
+    text, fn, delta, kind = CLAIMS[cid]["primary"]
+    d = []
+    for s in r["seeds"]:  # result.json keys seeds as text
+        try:
+            d.append(fn(r["figures"][str(s)] if str(s) in r["figures"] else r["figures"][s]))
+        except ZeroDivisionError:
+            d.append(math.nan)
+    verdict, margin = ("smoke", math.nan) if r["quick"] else primary_verdict(d, delta, kind)
+    return {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict,
+            "margin": margin}
 
 
 def minutes(results: list[dict]) -> float:
@@ -592,8 +1048,33 @@ def verdict_runs(cid: str, r: dict, args) -> dict:
                          if x not in probes and os.path.dirname(x) not in probes])
 
 
+def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[str, float]:
+    """(verdict, margin) of a primary contrast, d seed by seed (RULE). kind: "more" (the paper
+    claims d > 0) or "equal" (the paper claims no difference, |d| < delta)."""
+    d = [x for x in d if not math.isnan(x)]
+    if len(d) < 3:
+        return "too few seeds", math.nan
+    med = statistics.median(d)
+    near = sum(abs(x) < delta for x in d) >= len(d) - 1 and abs(med) < delta  # no difference
+    if kind == "equal":
+        if near:
+            return "equivalent", delta - abs(med)
+        if abs(med) >= delta:
+            return "not reproduced", abs(med) - delta
+        return "inconclusive", -(delta - abs(med))
+    if kind != "more":
+        raise ValueError(f"unknown kind of claim {kind!r}")
+    if med >= delta:
+        return "reproduced", med - delta
+    if med <= -delta:
+        return "not reproduced", -delta - med
+    if near:
+        return "not reproduced", delta - abs(med)  # no difference where the paper claims one
+    return "inconclusive", -min(delta - med, med + delta)
+
+
 def verdict_of(d: list[float], quick: bool = False) -> str:
-    """The rule (RULE) for one contrast, d seed by seed."""
+    """The rule of 1987642 (EARLIER_RULE) for one contrast, d seed by seed."""
     if quick or len(d) < 2:
         return "smoke" if quick else "one seed"
     m, sd = statistics.mean(d), statistics.stdev(d)
@@ -601,7 +1082,7 @@ def verdict_of(d: list[float], quick: bool = False) -> str:
 
 
 def claim_verdict(verdicts: list[str]) -> str:
-    """The rule (RULE) for a claim from its contrasts' verdicts."""
+    """The rule of 1987642 (EARLIER_RULE) for a claim from its contrasts' verdicts."""
     if set(verdicts) <= {"smoke", "one seed"}:
         return verdicts[0]
     if all(v == "reproduced" for v in verdicts):
@@ -711,7 +1192,12 @@ def write_doc(args) -> str:
     """docs/CLAIMS.md from every OUT/<claim>/result.json, with docs/CLAIMS-notes.md appended."""
     results = {cid: compare.read_json(os.path.join(args.out, cid, "result.json"))
                for cid in CLAIMS if os.path.exists(os.path.join(args.out, cid, "result.json"))}
-    done = [r["verdict"] for r in results.values()]
+    for cid, r in results.items():  # the rule applied to every result, older ones included
+        r["primary"] = primary_of(cid, r)
+        if "earlier_verdict" not in r and cid in EARLIER_CLAIMS:  # made under the earlier rule
+            r["earlier_verdict"] = r["verdict"]
+    done = [r["primary"]["verdict"] for r in results.values()]
+    runnable = [cid for cid, c in CLAIMS.items() if c.get("runs", True)]
     total = minutes(list(results.values()))
     own = minutes([verdict_runs(cid, r, args) for cid, r in results.items()])
     lines = [
@@ -733,19 +1219,28 @@ def write_doc(args) -> str:
         f"(`topr.py {' '.join(POOL)}` with --seed S: 4,000 prompts x 8 at T = 1); {{pos}}, "
         "{d10}, {d50}, {d67} and {d10n3} are composed from it (`claims.py:pool_files`); "
         "{offline} and {q0} are spo-fig1's offline set (`claims.py:spo_offline`) and its online "
-        "run's Q0 estimate.", "", RULE, "",
-        f"Reproduced: {done.count('reproduced')} of {len(CLAIMS)} claims; partly "
-        f"{done.count('partly')}; inconclusive {done.count('inconclusive')}; not reproduced "
-        f"{done.count('not reproduced')}; not run yet {len(CLAIMS) - len(results)}.", "",
-        "| claim | the paper says | our miniature | contrasts: mean ± sd of d (per seed) | "
-        "verdict |", "|---|---|---|---|---|"]
+        "run's Q0 estimate.", "", RULE, "", EARLIER_RULE, "",
+        f"Primary contrasts: {summary(done, len(runnable))}; registered as not run here "
+        f"{len(CLAIMS) - len(runnable)}.", "",
+        "| claim | the paper says | what differs: the paper's -> ours | primary contrast: "
+        "median d (per seed), margin | verdict | the rule of 1987642 |",
+        "|---|---|---|---|---|---|"]
     for cid, claim in CLAIMS.items():
-        r = results.get(cid)
-        digits = claim.get("digits", 1)
-        cs = "<br>".join(f"{c['text']}: {ms(c['d'], digits)} ({c['verdict']})"
-                         for c in r["contrasts"] if not c.get("probe")) if r else "-"
-        lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {claim['ours']} | {cs} | "
-                     f"**{r['verdict'] if r else 'not run yet'}** |")
+        r, digits = results.get(cid), claim.get("digits", 1)
+        differs = "<br>".join(f"{knob}: {paper} -> {ours}"
+                              for knob, paper, ours in departures(cid))
+        if not claim.get("runs", True):
+            lines.append(f"| {claim['paper']} | {claim['says']} | | | not run here: "
+                         f"{claim['why']} | |")
+            continue
+        p = r["primary"] if r else None
+        registered = f" (registered in {REGISTERED[cid]})" if cid in REGISTERED else ""
+        cell = (f"{claim['primary'][0]}{registered}: "
+                + (f"{median(p['d'], digits)} ({', '.join(f'{x:.{digits}f}' for x in p['d'])})"
+                   f", margin {p['margin']:.{digits}f}" if p else "not run yet"))
+        lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
+                     f"**{p['verdict'] if p else 'not run yet'}** | "
+                     f"{r.get('earlier_verdict', '') if r else ''} |")
     for cid, r in results.items():
         claim, mins = CLAIMS[cid], minutes([verdict_runs(cid, r, args)])
         took = (f"{mins:.0f} minutes for the verdict, {r['minutes']:.0f} with the probes"
@@ -756,14 +1251,23 @@ def write_doc(args) -> str:
         if any(r["p"].values()):
             lines += ["Positives in POOL: " + ", ".join(f"{100 * p:.1f}% (seed {s})" for s, p
                                                           in r["p"].items() if p) + ".", ""]
-        lines += arm_table(cid, r) + ["", "| contrast (paper's direction positive) | "
-                                      "mean ± sd | per seed | verdict |", "|---|---|---|---|"]
-        digits = claim.get("digits", 1)
+        digits, p = claim.get("digits", 1), r["primary"]
+        lines += arm_table(cid, r) + [
+            "", f"Primary contrast ({p['kind']}, delta {p['delta']:g}"
+            + (f", registered in {REGISTERED[cid]}" if cid in REGISTERED else "")
+            + f"): {p['text']}: median {median(p['d'], digits)}, per seed "
+            f"{', '.join(f'{x:.{digits}f}' for x in p['d'])}; **{p['verdict']}**, margin "
+            f"{p['margin']:.{digits}f}" + (f"; results at {r['commit']}" if "commit" in r else "")
+            + ".", ""] + (["| secondary contrast (paper's direction positive) | mean ± sd | "
+                           "per seed | verdict (the rule of 1987642) |", "|---|---|---|---|"]
+                          if r["contrasts"] else [])
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
                   + (f"({c['verdict']}: a probe, not in the verdict) |" if c.get("probe") else
                      f"{c['verdict']} |") for c in r["contrasts"]]
-        lines += ["", f"Claim: **{r['verdict']}**."]
+        lines += ["", f"Claim: **{p['verdict']}**"
+                  + (f" (the rule of 1987642: {r['earlier_verdict']})" if "earlier_verdict" in r
+                     else "") + "."]
         if claim["plot"]:
             png = os.path.join(os.path.dirname(args.doc), f"CLAIMS-{cid}.png")
             plot(cid, r, png)
@@ -782,19 +1286,28 @@ def write_doc(args) -> str:
                     f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
                     f"), `python scripts/claims.py all --sft runs/sft-countdown/final`; "
                     f"{own / 60:.1f} h on 2 cores for the verdicts"
-                    + (f" of the {len(done)} claims run so far" if len(done) < len(CLAIMS) else "")
-                    + f", {total / 60:.1f} h with the investigations): "
-                    f"{done.count('reproduced')} of {len(CLAIMS)} reproduced, "
-                    f"{done.count('partly')} partly, {done.count('not reproduced')} not, "
-                    f"{done.count('inconclusive')} inconclusive"
-                    + (f", {len(CLAIMS) - len(done)} not run yet" if len(done) < len(CLAIMS)
-                       else "") + ".")
+                    + f", {total / 60:.1f} h with the investigations); one primary contrast a "
+                    f"claim: {summary(done, len(runnable))}, and "
+                    f"{len(CLAIMS) - len(runnable)} registered as not run here.")
             new = old[:old.index(README_START) + len(README_START)] + "\n" + line + "\n" + \
                 old[old.index(README_END):]
             with open(args.readme + ".tmp", "w") as f:
                 f.write(new)
             os.replace(args.readme + ".tmp", args.readme)
     return text
+
+
+def summary(verdicts: list[str], runnable: int) -> str:
+    """The primaries' verdicts in a few words: "2 of 18 reproduced, ..."."""
+    counts = [f"{verdicts.count(v)} {v}" for v in ("not reproduced", "inconclusive", "equivalent")
+              if verdicts.count(v)]
+    rest = [f"{runnable - len(verdicts)} not run yet"] if len(verdicts) < runnable else []
+    return ", ".join([f"{verdicts.count('reproduced')} of {runnable} reproduced"] + counts + rest)
+
+
+def median(values: list[float], digits: int = 1) -> str:
+    values = [v for v in values if not math.isnan(v)]
+    return f"{statistics.median(values):.{digits}f}" if values else "-"
 
 
 def seed_list(text: str) -> list[int]:
@@ -811,6 +1324,10 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, no verdicts")
     p.add_argument("--skip-probes", action="store_true",
                    help="run a claim's own arms only, not the investigations beside it")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every arm's command for every seed, run nothing")
+    p.add_argument("--paper-settings", action="store_true", help="the papers' lr, lengths and "
+                   "Q0 samples where known (PAPER_SETTINGS): for a GPU and a real --sft model")
     p.add_argument("--render-only", action="store_true",
                    help="run nothing: rebuild --doc from the result.json files under --out")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
@@ -828,9 +1345,15 @@ def main(argv=None):
         args.doc = os.path.join(args.out, "CLAIMS.md") if args.quick else "docs/CLAIMS.md"
     if args.readme is None:
         args.readme = "" if args.quick else "README.md"
-    ids = list(CLAIMS) if args.claims == ["all"] else args.claims
+    ids = [c for c in CLAIMS if CLAIMS[c].get("runs", True)] if args.claims == ["all"] else \
+        args.claims
     if unknown := [c for c in ids if c not in CLAIMS]:
         p.error(f"unknown claim {unknown[0]!r}; choose from: all, {', '.join(CLAIMS)}")
+    if unrun := [c for c in ids if not CLAIMS[c].get("runs", True)]:
+        p.error(f"{unrun[0]} is not run here: {CLAIMS[unrun[0]]['why']}")
+    if args.dry_run:  # any start model the scripts take: `smollm2`, a hub id, a folder
+        print("\n".join(dry_run(ids, args)))
+        return
     if not os.path.isdir(args.sft):
         p.error(f"--sft {args.sft}: no such folder (make one with sft.py)")
     args.sft, args.out = os.path.abspath(args.sft), os.path.abspath(args.out)

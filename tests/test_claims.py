@@ -117,3 +117,90 @@ def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_p
     f = claims.figures(str(tmp_path))
     assert [c["kl"] for c in f["curve"]] == [0.0, 2.0, 8.0]  # not 4.0: step 3's batch alone
     assert f["kl"] == 4.0  # the summary: the last 10 batches
+
+
+# ---- The rule of one primary contrast a claim (RULE) ---------------------------------------------
+@pytest.mark.parametrize("d,kind,verdict", [
+    ([3.0, 4.0, 5.0], "more", "reproduced"),
+    ([1.2, 1.1, -30.0], "more", "reproduced"),          # an outlier seed does not break it
+    ([-10.9, -7.5, -61.6], "more", "not reproduced"),   # nor blur it into "inconclusive"
+    ([0.4, -0.3, 0.2], "more", "not reproduced"),       # no difference where one is claimed
+    ([-5.0, 0.5, 6.0], "more", "inconclusive"),         # the seeds split: run more
+    ([0.5, 0.6, 30.0], "more", "not reproduced"),       # one seed alone cannot make it
+    ([0.4, -0.3, 0.2], "equal", "equivalent"),
+    ([2.0, 3.0, 0.1], "equal", "not reproduced"),
+    ([-5.0, 0.5, 6.0], "equal", "inconclusive"),
+])
+def test_a_claims_verdict_reads_its_primary_contrasts_median_seed(d, kind, verdict):
+    assert claims.primary_verdict(d, 1.0, kind)[0] == verdict
+
+
+def test_the_margin_is_the_medians_distance_past_the_deciding_threshold():
+    assert claims.primary_verdict([3.0, 4.0, 5.0], 1.0) == ("reproduced", 3.0)
+    assert claims.primary_verdict([-3.0, -2.5, 9.0], 1.0) == ("not reproduced", 1.5)
+    verdict, margin = claims.primary_verdict([-5.0, 0.5, 6.0], 1.0)
+    assert verdict == "inconclusive" and margin == pytest.approx(-0.5)  # 0.5 short of delta
+    assert claims.primary_verdict([1.0, 2.0], 1.0)[0] == "too few seeds"
+
+
+def test_every_runnable_claim_has_a_primary_contrast_and_the_others_say_why_not():
+    for cid, claim in claims.CLAIMS.items():
+        if claim.get("runs", True):
+            text, fn, delta, kind = claim["primary"]
+            assert callable(fn) and delta > 0 and kind in ("more", "equal"), cid
+            assert set(claim.get("shared", {})) <= set(claim["arms"]), cid
+        else:
+            assert claim["why"], cid
+    assert claims.EARLIER_CLAIMS == tuple(claims.CLAIMS)[:9]
+
+
+def test_the_dry_run_prints_every_arms_command_for_a_real_model_and_each_parses(capsys):
+    """`claims.py all --sft smollm2 --dry-run --paper-settings`: every arm of every runnable claim
+    for every seed, from SmolLM2, at the papers' settings where known; each command is one the
+    script's own parser takes."""
+    import importlib
+    claims.main(["all", "--sft", "smollm2", "--dry-run", "--paper-settings", "--seeds", "0,1"])
+    commands, cid = [], None
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("# "):  # "# CLAIM / ARM (role)" heads its commands
+            cid = line[2:].split(" / ")[0] if " / " in line else "pool"
+        else:
+            commands.append((cid, *line.split()[1:]))
+    runnable = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
+    assert len(commands) == 2 * (1 + sum(len(claims.CLAIMS[c]["arms"]) for c in runnable))
+    for cid, script, *flags in commands:
+        assert flags[:4] == ["--model", "smollm2", "--seed", flags[3]], flags
+        module = importlib.import_module(script[:-3])
+        parser, args = module.parse_args(flags)
+        if cid.startswith(("topr", "pool")):  # [TOPR] §4.2's lr and length win over tiny's
+            assert (args.lr, args.max_new_tokens) == (5e-7, 512)
+        if script == "spo.py":
+            assert (args.lr, args.q0_samples) == (6e-8, 800)
+
+
+def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_earlier_rule(
+        tmp_path):
+    """A result of topr-fig1 as claims.py writes it (seeds keyed as text, made before the rule):
+    the main table's row gives the primary's median, margin and verdict, what differs from the
+    paper, and the verdict of the rule the claim was registered under."""
+    curve = [{"step": 0, "acc": 20.0, "acc3": 30.0, "acc4": 10.0, "format": 90.0, "pass": 50.0,
+              "kl": 0.0}]
+    def fig(start, end):
+        return {"curve": curve, "start": start, "acc": end, "acc3": end, "acc4": end,
+                "start3": start, "start4": start, "pass": 50.0, "format": 90.0, "peak": end,
+                "steps": 500, "area": end, "kl": 0.1}
+    figures = {str(s): {"topr": fig(20.0, 20.0 + up), "naive": fig(20.0, 0.0),
+                        "topr-p67": fig(20.0, 28.0)} for s, up in [(0, 0.9), (1, -1.8), (2, -2.2)]}
+    result = {"claim": "topr-fig1", "seeds": [0, 1, 2], "quick": False, "runs": [], "jobs": 2,
+              "figures": figures, "p": {}, "contrasts": [], "verdict": "partly", "minutes": 1.0,
+              "commands": {a: ["topr.py"] for a in ("topr", "naive", "topr-p67")}}
+    os.makedirs(tmp_path / "topr-fig1")
+    (tmp_path / "topr-fig1" / "result.json").write_text(json.dumps(result))
+    args = argparse.Namespace(out=str(tmp_path), doc=str(tmp_path / "CLAIMS.md"), readme="",
+                              sft=str(tmp_path), seeds=[0, 1, 2])
+    text = claims.write_doc(args)
+    row = next(line for line in text.splitlines() if line.startswith("| [[TOPR] Fig. 1"))
+    assert "-1.8 (0.9, -1.8, -2.2), margin 0.8" in row
+    assert "**not reproduced**" in row and row.endswith("| partly |")
+    assert "lr: 5e-7 constant, Adafactor (§4.2) -> 5e-5 constant, AdamW" in row
+    assert "not run here: a tabular bandit" in text  # agro-fig1
