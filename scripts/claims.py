@@ -70,7 +70,10 @@ PPO = ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32", "--group-size", "8",
 SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 # The commit that registered each claim's primary contrast, before the runs that give its verdict.
-REGISTERED: dict[str, str] = {}
+REGISTERED = {cid: "37c3416" for cid in (
+    "topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5", "agro-fig6",
+    "spo-fig1", "cr-table1", "topr-fig3", "topr-s43", "topr-fig7", "topr-fig8", "agro-s81",
+    "agro-fig4", "spo-both", "cr-s51", "cr-table2")}
 # The claims registered at 1987642, under the rule of their contrasts then (EARLIER_RULE).
 EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
                   "agro-fig6", "spo-fig1", "cr-table1")

@@ -204,3 +204,18 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
     assert "**not reproduced**" in row and row.endswith("| partly |")
     assert "lr: 5e-7 constant, Adafactor (§4.2) -> 5e-5 constant, AdamW" in row
     assert "not run here: a tabular bandit" in text  # agro-fig1
+
+
+def test_every_primary_names_the_commit_that_registered_it_and_that_commit_has_it():
+    """The registration precedes the results: the commit named holds the claim's primary."""
+    import subprocess
+    runnable = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
+    assert set(claims.REGISTERED) == set(runnable)
+    for commit in set(claims.REGISTERED.values()):
+        shown = subprocess.run(["git", "show", f"{commit}:scripts/claims.py"], cwd=claims.ROOT,
+                               capture_output=True, text=True)
+        if shown.returncode:
+            pytest.skip("not a git checkout with its history")
+        for cid in [c for c, k in claims.REGISTERED.items() if k == commit]:
+            text = claims.CLAIMS[cid]["primary"][0]
+            assert f'primary=("{text[:40]}' in shown.stdout.replace("\n                 ", ""), cid
