@@ -74,6 +74,13 @@ REGISTERED = {cid: "37c3416" for cid in (
     "topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5", "agro-fig6",
     "spo-fig1", "cr-table1", "topr-fig3", "topr-s43", "topr-fig7", "topr-fig8", "agro-s81",
     "agro-fig4", "spo-both", "cr-s51", "cr-table2")}
+# Probes are investigations added after a claim's results were seen (post hoc): the commit that
+# added each, by the start of its arms' names.
+PROBES_ADDED = {"topr-p67": "ffbf662", "all-p67": "ffbf662", "all-c-0.8": "ffbf662",
+                "lr1e-5-": "cbc177e", "n3-": "cbc177e", "lr2e-6x5-": "d67c7f7",
+                "rloo-b0.5": "d6c388b", "agro-l1-b0.5": "d6c388b", "agro-b0.15": "4f65f2d",
+                "spo-sq": "5346122", "spo-defaults": "9671d90", "spo-lr1e-5": "d67c7f7",
+                "ppo-lr1e-5": "64878c3"}
 # The claims registered at 1987642, under the rule of their contrasts then (EARLIER_RULE).
 EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
                   "agro-fig6", "spo-fig1", "cr-table1")
@@ -1126,7 +1133,11 @@ def arm_table(cid: str, r: dict) -> list[str]:
            digits * (k == "score") or 1) for _, k in cols)
         + " | 0 | |")
     for arm, cmd in r["commands"].items():
-        lines.append(f"| {arm} ({CLAIMS[cid]['arms'][arm][2]}) | " + " | ".join(
+        role = CLAIMS[cid]["arms"][arm][2]
+        if role.startswith("probe"):
+            role += "; post hoc, added in " + next(
+                (c for start, c in PROBES_ADDED.items() if arm.startswith(start)), "?")
+        lines.append(f"| {arm} ({role}) | " + " | ".join(
             ms([get(r["figures"][s][arm], k) for s in seeds], digits * (k == "score") or 1)
             for _, k in cols)
             + f" | {r['figures'][seeds[0]][arm]['steps']} | `{' '.join(cmd)}` |")

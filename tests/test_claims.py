@@ -219,3 +219,10 @@ def test_every_primary_names_the_commit_that_registered_it_and_that_commit_has_i
         for cid in [c for c, k in claims.REGISTERED.items() if k == commit]:
             text = claims.CLAIMS[cid]["primary"][0]
             assert f'primary=("{text[:40]}' in shown.stdout.replace("\n                 ", ""), cid
+
+
+def test_every_probe_arm_names_the_commit_that_added_it():
+    for cid, claim in claims.CLAIMS.items():
+        for arm, (_, _, role) in claim.get("arms", {}).items():
+            if role.startswith("probe"):
+                assert any(arm.startswith(start) for start in claims.PROBES_ADDED), (cid, arm)
