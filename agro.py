@@ -73,9 +73,8 @@ def parse_args(argv=None):
     add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
     add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, "
-        "`tiny` (built in, untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the "
-        "newest sft.py run of --task); None: that run, made first by sft.py if none")
+    add("--model", default=None, help="start model and pi_ref: a folder, a hub id, `tiny`, "
+        "`smollm2` or `sft` (sft.py's newest run of --task); None: `sft`, trained first if none")
     add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
     add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
     add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
@@ -168,7 +167,7 @@ def reduce_tokens(values: torch.Tensor, mask: torch.Tensor, norm: str = "seq") -
     per_seq = (values * mask).sum(-1)  # [N]
     if norm == "seq/len":
         per_seq = per_seq / mask.sum(-1).clamp(min=1)
-    elif norm != "seq":
+    elif norm != "seq":  # a pure function called from elsewhere too: no silent default
         raise ValueError(f"unknown loss normalisation {norm!r}")
     return per_seq.mean()
 
@@ -205,8 +204,7 @@ def klpg_loss(logprobs, mask, rewards, kl, beta: float, norm: str = "seq", h=Non
 
 
 # ---- Data: groups of n completions, sampled now from the policy or read from an offline file -----
-class Group(NamedTuple):
-    """One prompt's n completions and what the step needs to know about them."""
+class Group(NamedTuple):  # one prompt's n completions and what the step needs to know of them
     prompt_ids: list[int]
     completion_ids: list[list[int]]  # n token-id lists (EOS included when emitted)
     rewards: list[float]
@@ -219,8 +217,7 @@ def make_group(task, reward, problem, prompt_ids, ids, texts, sampler_logprobs=N
     """A Group scored by the task; on-policy iff the sampler's log-probs are given."""
     rewards = [task.reward(problem, t, reward) for t in texts]
     grades = [task.grade(problem, t) for t in texts]
-    return Group(prompt_ids, ids, rewards, grades, sampler_logprobs,
-                 online=sampler_logprobs is not None)
+    return Group(prompt_ids, ids, rewards, grades, sampler_logprobs, sampler_logprobs is not None)
 
 
 def write_offline(path, problems, groups):
@@ -231,9 +228,8 @@ def write_offline(path, problems, groups):
 
 
 def read_offline(path, task, n) -> list[tuple[dict, list[str], list[bool]]]:
-    """(problem, n completions, n finished flags) from each record of an offline JSONL file: the
-    task's fields, "completions" (>= n strings), optionally "finished" (booleans; false: cut at
-    the length limit, no EOS). A bad record: ValueError naming the file and row."""
+    """(problem, n completions, n finished flags) per record of an offline JSONL file: the task's
+    fields, "completions" and optionally "finished" (false: cut at the length limit, no EOS)."""
     rows = []
     for i, record in enumerate(read_jsonl(path, "file"), 1):
         try:
@@ -280,8 +276,7 @@ def sample_batch(engine, task, pool, prompts, offline, step, args) -> list[Group
     batch, n_online = [], online_groups(args)
     if n_online:
         chosen = np.random.default_rng([args.seed, step]).choice(len(pool), n_online, replace=False)
-        config = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
-                                       temperature=1.0)
+        config = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens)
         for i, samples in zip(chosen, engine.generate([prompts[i] for i in chosen], config)):
             batch.append(make_group(task, args.reward, pool[i], prompts[i],
                                     [s.ids for s in samples], [s.text for s in samples],
@@ -313,7 +308,6 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    n_samples = len(batch) * args.group_size
     n_tokens = sum(len(c) for g in batch for c in g.completion_ids)
     loss_sum, seen = 0.0, []  # seen: what step_metrics reports, a tuple a micro-batch
     by_length = sorted(batch, key=lambda g: max(len(c) for c in g.completion_ids))  # less padding
@@ -328,18 +322,16 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
             model, ref_model, prompts, completions, pad_id, with_kl=with_kl, bf16=args.bf16)
         h = log_ratio(logprobs.detach(), ref_logprobs, mask).view_as(rewards)  # [b, n]
         if args.loss == "klpg":
-            loss = klpg_loss(logprobs, mask, rewards, kl, args.beta, norm=args.loss_norm, h=h,
-                             online=online)
+            loss = klpg_loss(logprobs, mask, rewards, kl, args.beta, args.loss_norm, h, online)
         else:
             rpi = regularised_rewards(rewards, h, args.beta)  # §3.1
             w = agro_offpolicy_weights(rpi)  # Eq. 4: offline groups (and the pathwise term)
             if online.any() and args.lambda_lr != 0:  # Eqs. 5-6 on the on-policy groups
-                on = agro_onpolicy_weights(rpi, beta=args.beta, lambda_lr=args.lambda_lr,
-                                           lr_baseline=args.lr_baseline)
+                on = agro_onpolicy_weights(rpi, args.beta, args.lambda_lr, args.lr_baseline)
                 w = torch.where(online[:, None], on, w)
             loss = agro_loss(logprobs, mask, w.reshape(-1), norm=args.loss_norm)
         share = (mask.sum().item() / n_tokens if args.loss_norm == "token"  # of the batch's mean
-                 else len(completions) / n_samples)
+                 else len(completions) / (len(batch) * args.group_size))
         loss = loss * share
         loss.backward()
         loss_sum += loss.item()
@@ -354,21 +346,18 @@ def agro_step(model, ref_model, optimizer, batch: list[Group], args, step: int, 
 
 
 def step_metrics(batch, seen, loss: float, grad_norm: float, n_tokens: int, n: int, step: int):
-    """agro_step's metrics, before the weights change (a nan or inf loss or gradient: exit 1). From
-    `seen` (a micro-batch's groups, log pi, h, online, token KL): the mean h by kind of group, the
-    token KL, and logprob_gap, max |log pi - the engine's log-prob|, 0 if sampled from pi itself"""
+    """agro_step's metrics, before the weights change (a nan or inf loss or gradient: exit 1): mean
+    h by kind of group, token KL, logprob_gap = max |log pi - engine's log-prob| (0: pi sampled)"""
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         tqdm.write(f"error: step {step + 1}: non-finite loss={loss} or grad_norm={grad_norm}; "
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
-                   "--lr too large, or --beta / --lambda-lr against the rewards' scale",
-                   file=sys.stderr)
+                   "too high --lr, --beta or --lambda-lr", file=sys.stderr)
         raise SystemExit(1)
     grades = [grade for g in batch for grade in g.grades]
     metrics = {"loss": loss, "reward": float(np.mean([g.rewards for g in batch])),
                "accuracy": float(np.mean([grade == "correct" for grade in grades])),
                "format_rate": float(np.mean([grade != "no_answer" for grade in grades])),
-               "length": n_tokens / (len(batch) * n), "grad_norm": grad_norm,
-               "samples": len(batch) * n}
+               "length": n_tokens / len(grades), "grad_norm": grad_norm, "samples": len(grades)}
     gap = 0.0
     for groups, logprobs, *_ in seen:
         for j, group in enumerate(groups):
@@ -412,19 +401,17 @@ def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> 
     return metrics
 
 
-# ---- main(): every input checked, then the loop (saving and resuming: the run section) -----------
+# ---- main(): every input checked before anything long starts, then the loop ---------------------
 def main(argv=None):
     parser, args = parse_args(argv)
     run = Run(parser, args, keys={"model", "optimizer"})  # --resume, the run folder, checkpoint
     common.setup(args.seed, args.threads)
     n_online = online_groups(args)
-    # Every input is checked before anything long starts: bad input is one line and exit 2.
-    try:
+    try:  # bad input: one line and exit 2 (saving and resuming: the run section)
         task = get_task(args.task)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from "
-                             f"{', '.join(task.REWARD_VARIANTS)}")
+            raise ValueError(f"unknown --reward {args.reward!r}, not in {task.REWARD_VARIANTS}")
         if args.group_size < 2:
             raise ValueError("--group-size must be at least 2 for a leave-one-out baseline")
         if args.beta == 0 and args.loss == "agro" and n_online > 0 and args.lambda_lr != 0:
@@ -437,8 +424,7 @@ def main(argv=None):
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
         if len(pool) < n_online:
-            raise ValueError(f"{n_online} on-policy prompts a batch are more than the {len(pool)} "
-                             "training problems")
+            raise ValueError(f"{n_online} on-policy groups a batch > {len(pool)} training problems")
         offline_rows = (read_offline(args.offline_data, task, args.group_size)
                         if args.offline_data else None)  # before a model loads: bad files fail fast
         device = "cuda" if torch.cuda.is_available() else "cpu"

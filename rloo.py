@@ -207,7 +207,8 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
                    "too high --lr, or --beta", file=sys.stderr)
         raise SystemExit(1)
-    optimizer.param_groups[0]["lr"] = learning_rate(step, args)  # AdamW's one group of weights
+    for param_group in optimizer.param_groups:  # this step's lr (learning_rate)
+        param_group["lr"] = learning_rate(step, args)
     optimizer.step()
     model.eval()
     metrics = {"loss": loss_sum, "length": n_tokens / n_samples, "logprob_gap": logprob_gap,
@@ -296,8 +297,7 @@ def main(argv=None):
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
         if len(pool) < args.prompts:
-            raise ValueError(f"--prompts {args.prompts} is more than the {len(pool)} training "
-                             "problems")
+            raise ValueError(f"--prompts {args.prompts} exceeds the {len(pool)} training problems")
         device = "cuda" if torch.cuda.is_available() else "cpu"
         # --model None or `sft`: the newest sft.py run of --task, trained first if there is none
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,

@@ -9,8 +9,7 @@ Departures: the default loss is a mean over completion tokens; Eq. 1 as written:
   The prompt x is built from the problem as the RL scripts build it, never taken from --data.
   AdamW is ours: [CR] names no optimizer.
   50 warm-up steps (of 700) where [CR] has 500: the tiny model's run is shorter.
-Run: python sft.py --task countdown   (tiny model: 700 steps in 7:08 on 2 CPU cores); its
-RUN/final is the --model of rloo.py, topr.py, agro.py and spo.py. More: docs/PAPERS.md, [CR].
+Run: python sft.py --task countdown  (700 steps, 7:08 on 2 CPU cores)   More: docs/PAPERS.md, [CR]
 """
 import argparse
 import inspect
@@ -38,7 +37,6 @@ EVAL_SEED = 0  # the T = 1 evaluation samples' seed: every checkpoint meets the 
 
 
 def parse_args(argv=None):
-    """(parser, args): a flag left at None is derived in main(), from the task or the model."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = p.add_argument
@@ -46,8 +44,7 @@ def parse_args(argv=None):
     add("--steps", type=common.positive_int, default=700, help="optimizer steps")
     add("--batch-size", type=common.positive_int, default=64, help="sequences (prompt and "
         "completion) a step; 64 and --lr 2e-3: the tiny model learns by steps, not examples")
-    add("--grad-accum", type=common.positive_int, default=1,
-        help="micro-batches a step: the same gradient in less memory")
+    add("--grad-accum", type=common.positive_int, default=1, help="micro-batches a step (memory)")
     add("--lr", type=common.positive_float, default=None, help="AdamW peak lr, then cosine "
         "decay; None: 2e-3 for tiny, 2e-5 for a pretrained model (TRL SFTConfig's; [CR]: none)")
     add("--warmup", type=common.nonnegative_int, default=50, help="linear warm-up ([CR]: 500)")
@@ -76,8 +73,7 @@ def parse_args(argv=None):
     add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
     add("--eval-k", type=common.nonnegative_int, default=8,
         help="held-out samples a problem at T = 1 (0: greedy only)")
-    add("--eval-every", type=common.positive_int, default=200,
-        help="steps between greedy evaluations (the first and last also sample)")
+    add("--eval-every", type=common.positive_int, default=200, help="evaluate every N steps")
     add("--reward", default=None, help="reward variant evaluated; None: the task's first")
     add("--out", default=None, help="run folder; None: runs/sft-TASK-TIME")
     add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
@@ -92,12 +88,9 @@ def parse_args(argv=None):
 # ---- The loss and the schedule: pure functions ---------------------------------------------------
 def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, norm: str = "token") -> torch.Tensor:
     """Masked negative log-likelihood of the completions, [CR] Eq. 1.
-
-    logprobs: [B, T] log P(y_t | x, y_<t) of the completion tokens (EOS included), 0 on padding
-    mask:     [B, T] 1 on completion tokens, 0 on padding
-    norm:     "token" -> sum / number of completion tokens;  "seq" -> mean over sequences of each
-              sum (with equal lengths L, seq = L x token).
-    """
+    logprobs: [B, T] log P(y_t | x, y_<t), 0 on padding; mask: [B, T] 1 on completion tokens (EOS
+    included), 0 on padding. norm "token": the sum over the number of completion tokens; "seq":
+    the mean over sequences of each sum (Eq. 1 as written; equal lengths L: seq = L x token)."""
     nll = -(logprobs * mask).sum(-1)  # [B] -log P(y_i | x_i)
     if norm == "token":
         return nll.sum() / mask.sum()
@@ -107,8 +100,7 @@ def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, norm: str = "token") ->
 
 
 def lr_lambda(step: int, warmup: int, total: int) -> float:
-    """Multiplier of the peak lr: linear warm-up for `warmup` steps, then cosine to 0 at `total`
-    ([CR] §4.4)."""
+    """Peak lr multiplier: linear warm-up for `warmup` steps, cosine to 0 at `total` ([CR] §4.4)"""
     if step < warmup:
         return step / warmup
     progress = (step - warmup) / max(1, total - warmup)
@@ -136,8 +128,7 @@ def encode_examples(task, problems, completions, tokenizer, style, max_len) -> l
 
 
 def task_demonstrations(task, sizes, per_size, seed, show_steps=False):
-    """(problems, completion texts) from the task's solver; `show_steps` (--demo-steps) needs a
-    task whose demonstration() takes the optional keyword `steps`."""
+    """(problems, completion texts) from the task's solver; `show_steps`: --demo-steps."""
     if show_steps and "steps" not in inspect.signature(task.demonstration).parameters:
         raise ValueError(f"--demo-steps: task {task.NAME}'s demonstration() has no steps=")
     problems = [p for n in sizes for p in task.get_problems("train", per_size, size=n, seed=seed)]
@@ -157,30 +148,26 @@ def read_data(task, source: str):
             rows = list(datasets.load_dataset(source, split="train"))
         except Exception as e:  # no `datasets`, no hub, no such dataset: one line
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ValueError(f"could not load hub dataset {source} (needs `datasets` and the "
-                             f"hub): {first}") from None
+            raise ValueError(f"hub dataset {source}: {first} (needs `datasets`, the hub)") from None
     if not rows:
         raise ValueError(f"{source} holds no examples")
-    problems, completions, given_prompts = [], [], []
+    problems = []
     for i, row in enumerate(rows, 1):
         try:
-            problem = task.problem_from_row(row)
+            problems.append(task.problem_from_row(row))
         except ValueError as e:
             raise ValueError(f"{source}: example {i}: {e} (the prompt is built from the problem "
                              f"fields {', '.join(task.FIELDS)})") from None
         if not isinstance(row.get("completion"), str):
             raise ValueError(f"{source}: example {i}: needs a string field 'completion'")
-        problems.append(problem)
-        completions.append(row["completion"])
-        given_prompts.append(row.get("prompt", row.get("query")))
-    return problems, completions, given_prompts
+    given_prompts = [row.get("prompt", row.get("query")) for row in rows]
+    return problems, [row["completion"] for row in rows], given_prompts
 
 
 # ---- One optimizer step --------------------------------------------------------------------------
 def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: int,
              step: int) -> dict:
-    """One optimizer step of Eq. 1 on `batch` (in --grad-accum micro-batches); its metrics.
-    `step`: the optimizer steps already taken (0 on the first call)."""
+    """One optimizer step of Eq. 1 on `batch` after `step` steps, in --grad-accum micro-batches."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sum(len(ex.completion) for ex in batch)
@@ -198,19 +185,14 @@ def sft_step(model, optimizer, scheduler, batch: list[Example], args, pad_id: in
         (loss * share).backward()
         batch_loss += loss.item() * share
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()  # §4.4
-    stop_if_not_finite(step, batch_loss, grad_norm)
+    if not (math.isfinite(batch_loss) and math.isfinite(grad_norm)):  # before the weights move
+        tqdm.write(f"error: step {step + 1}: non-finite loss={batch_loss} or grad_norm="
+                   f"{grad_norm}; weights not updated, the last checkpoint is the last good state. "
+                   "Likely cause: too high --lr", file=sys.stderr)
+        raise SystemExit(1)
     optimizer.step()
     scheduler.step()  # the next step's lr: lr_lambda
     return {"loss": batch_loss, "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
-
-
-def stop_if_not_finite(step: int, loss: float, grad_norm: float) -> None:
-    """Exit status 1 and one line, before the weights move, if loss or gradient norm is nan/inf."""
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        tqdm.write(f"error: step {step + 1}: non-finite loss={loss} or grad_norm={grad_norm}; "
-                   "weights not updated, the last checkpoint is the last good state. Likely cause: "
-                   "too high --lr", file=sys.stderr)
-        raise SystemExit(1)
 
 
 # ---- Evaluation ----------------------------------------------------------------------------------
@@ -236,8 +218,7 @@ def main(argv=None):
     parser, args = parse_args(argv)
     run = Run(parser, args, keys={"model", "optimizer", "scheduler"})  # --resume, folder, state
     common.setup(args.seed, args.threads)  # seeds python, numpy and torch; torch's CPU threads
-    # Every input is checked before anything long starts: bad input is one line and exit 2.
-    try:
+    try:  # every input is checked before anything long starts: bad input is one line and exit 2
         task = get_task(args.task)
         # the flags left at None that the task decides (--lr, --max-new-tokens: the model, below)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
@@ -262,8 +243,7 @@ def main(argv=None):
         style = common.prompt_style(model, tokenizer)
         examples = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(examples):
-            raise ValueError(f"--batch-size {args.batch_size} is more than the {len(examples)} "
-                             "training examples")
+            raise ValueError(f"--batch-size {args.batch_size} exceeds the {len(examples)} examples")
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     if args.data:  # the rows' own prompt texts are not used: say how many differ from ours
@@ -285,8 +265,7 @@ def main(argv=None):
     if start == 0:  # the start model, greedy and T = 1: where the closing lines measure from
         run.log(0, evaluate(engine, model, task, eval_sets, args, sampled=True))
     done = start  # optimizer steps taken
-    for step in tqdm(range(start, args.steps), desc="sft", total=args.steps, initial=start,
-                     leave=False):
+    for step in tqdm(range(start, args.steps), "sft", total=args.steps, initial=start, leave=False):
         # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
         rng = np.random.default_rng([args.seed, step])
         batch = [examples[i] for i in rng.choice(len(examples), args.batch_size, replace=False)]

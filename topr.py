@@ -3,9 +3,8 @@
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
        learning for LLMs", 2025, arXiv:2503.14286
 [CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning"
-Eq. 8, TOPR's loss; Eq. 7 + Table 1, the others    topr_loss (one path for all), LIMITS
-Eq. 7's sets T+ / T- and weights alpha             in_t_plus, truncated_ratio (in log space)
-Eqs. 9-10 baseline c, Eq. 12 p~; [CR] Eq. 4        --c, --split, default_baseline, p_tilde_pm1
+Eq. 8 (TOPR), Eq. 7 + Table 1 (others): T+, alpha  topr_loss, LIMITS, in_t_plus, truncated_ratio
+Eqs. 9-10 baseline c, Eq. 12 p~; [CR] Eq. 4        --c, --split, fill_defaults, p_tilde_pm1
 Algorithm 1: sample from mu, select (§4.3), train  main(): sample_from_mu, select, topr_step
 Names: R, c, pi, mu, alpha, T+ as in [TOPR]; LP = log pi(y), LP_mu = log mu(y); `it`: iteration
 Departures: c = -0.8 for +1/-1 rewards (PM1_BASELINE); the task's rewards: [CR] Eq. 4's c, split
@@ -44,7 +43,7 @@ PM1 = "pm1"
 PM1_BASELINE = -0.8
 # --report-variant: [CR]'s TOPR setting (§4.1: all of 1,000 completions of the SFT model at
 # T = 0.15, top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi; c = 0, split 1
-# by default_baseline); the epochs are ours ([CR] gives none). Rounds: A+B is A, then B.
+# by fill_defaults); the epochs are ours ([CR] gives none). Rounds: A+B is A, then B.
 REPORT_SETTING = {"prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 32,
                   "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4,
                   "sampling": "uniform", "keep": 0}
@@ -86,14 +85,11 @@ def parse_args(argv=None):
                 "(countdown: original, A, B; A+B: A for the first half of all epochs, then B)")
     add("--c", type=common.finite_float, default=None, help="the baseline c of [TOPR] Eqs. 9-10: "
         "trains on R - c; None: PM1_BASELINE (-0.8) with pm1, 0 with the task's ([CR] Eq. 4)")
-    add("--split", type=float, choices=[0.0, 1.0], default=None,
-        help="T+ = {R - c >= split}: 0 splits by sign as [TOPR] does, 1 is [CR] Eq. 4 (only R = 1 "
-        "gets the SFT term); None: 0 with pm1, else 1")
-    add_setting("--loss-norm", "seq/len", "seq/len: each LP over its length ([TOPR]); seq: sums; "
-                "token: per token", choices=["seq/len", "seq", "token"])
+    add("--split", type=float, choices=[0.0, 1.0], default=None, help="T+ = {R - c >= split}: 0 "
+        "by sign as [TOPR], 1 [CR] Eq. 4 (only R = 1 gets the SFT term); None: 0 with pm1, else 1")
+    add_setting("--loss-norm", "seq/len", "LP's normalisation", choices=["seq/len", "seq", "token"])
     add_setting("--epochs", 1, "passes over each iteration's data", type=common.positive_int)
-    add_setting("--batch-size", 64, "sequences (a prompt and its completion) an optimizer step",
-                type=common.positive_int)
+    add_setting("--batch-size", 64, "samples an optimizer step", type=common.positive_int)
     add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant ([TOPR]); "
         "None: 5e-5 for tiny, 1e-5 pretrained (MODEL_DEFAULTS says why), or --report-variant's")
     add("--report-variant", choices=list(REPORT_ROUNDS), default=None,
@@ -120,8 +116,7 @@ def parse_args(argv=None):
         help="also evaluate every N steps (0: at the start and the end only, the quickest)")
     # the run
     add("--out", default=None, help="run folder; None: runs/topr-TASK-TIME")
-    add("--save-every", type=common.positive_int, default=100,
-        help="checkpoint every N steps (and each epoch's end)")
+    add("--save-every", type=common.positive_int, default=100, help="checkpoint every N steps")
     add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop MIN minutes after the start (evaluate, save)")
@@ -131,8 +126,7 @@ def parse_args(argv=None):
 
 
 def fill_defaults(args, defaults: dict):
-    """Flags left at None that depend on another flag: `defaults`, or with --report-variant V
-    REPORT_SETTING, reward V and its rounds; then c and split by the reward (default_baseline)."""
+    """Flags left at None: `defaults` (--report-variant V: REPORT_SETTING, reward V, its rounds)."""
     setting = defaults
     if args.report_variant:
         setting = {**defaults, **REPORT_SETTING, "reward": args.report_variant,
@@ -140,7 +134,8 @@ def fill_defaults(args, defaults: dict):
     for name, value in setting.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    c, split = default_baseline(args.reward)
+    # c, split: PM1_BASELINE and the sign ([TOPR]) for pm1; [CR] Eq. 4's 0, 1 for the task's rewards
+    c, split = (PM1_BASELINE, 0.0) if args.reward == PM1 else (0.0, 1.0)
     args.c = c if args.c is None else args.c
     args.split = split if args.split is None else args.split
     return args
@@ -155,10 +150,8 @@ def in_t_plus(rewards, c: float, split: float):
 def truncated_ratio(log_ratio: torch.Tensor, positive: torch.Tensor, a_pos: float, b_pos: float,
                     a_neg: float, b_neg: float) -> torch.Tensor:
     """alpha = [pi/mu]_a^b of Eq. 7 in log space: exp(clamp(log_ratio, ln a, ln b)), ln 0 = -inf.
-
     log_ratio: [N] LP - LP_mu;  positive: [N] bool: (a+, b+) where True (T+), else (a-, b-).
-    Never forms exp(LP): for 1,000-token sequences pi and mu both underflow and pi/mu is 0/0.
-    """
+    Never forms exp(LP): for 1,000-token sequences pi and mu both underflow and pi/mu is 0/0."""
     def ln(x):
         return math.log(x) if x > 0 else -math.inf
     lo = torch.where(positive, ln(a_pos), ln(a_neg)).to(log_ratio.dtype)
@@ -169,12 +162,10 @@ def truncated_ratio(log_ratio: torch.Tensor, positive: torch.Tensor, a_pos: floa
 def weighted_logprob_loss(weight: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor,
                           norm: str) -> torch.Tensor:
     """-1/N sum_i weight_i LP(y_i), to be minimised; weight: [N], no gradient.
-
     logprobs: [N, T] per-token log pi(y_t | x, y_<t), with gradient; 0 on padding
     mask:     [N, T] 1 on completion tokens (EOS included)
     norm: "seq/len" each LP divided by its length ([TOPR]); "seq" full sums; "token" the sum of
-          weight * log pi over all tokens divided by their count.
-    """
+          weight * log pi over all tokens divided by their count."""
     if norm == "token":
         return -(weight[:, None] * logprobs * mask).sum() / mask.sum()
     lp = (logprobs * mask).sum(-1)  # [N] LP(y)
@@ -192,21 +183,18 @@ def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
 
         J = 1/N [ sum_{T+} R_i log pi(y_i) + sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) R_i log pi(y_i) ]
 
-    R_i = R(x_i, y_i) - c (Eqs. 9-10); alpha = [pi/mu]_a^b is exactly 1 on T+ with TOPR's limits
-    (reward-weighted SFT), [pi/mu]_0^1 on T- (a negative's push fades once pi(y) < mu(y)), always
-    from the full-sequence LP. limits: (a+, b+, a-, b-); lp_mu, rewards: [N]; logprobs, mask, norm:
-    as in weighted_logprob_loss.
+    R_i = R(x_i, y_i) - c (Eqs. 9-10); alpha = [pi/mu]_a^b of the full-sequence LP: with TOPR's
+    limits exactly 1 on T+ (reward-weighted SFT), [pi/mu]_0^1 on T- (a negative's push fades once
+    pi(y) < mu(y)). limits: (a+, b+, a-, b-); lp_mu, rewards: [N]; the rest: weighted_logprob_loss.
     """
     lp = (logprobs.detach() * mask).sum(-1)  # [N] LP(y), no gradient
-    r_minus_c = rewards - c  # [N]
     alpha = truncated_ratio(lp - lp_mu, in_t_plus(rewards, c, split), *limits)  # [N]
-    return weighted_logprob_loss(alpha * r_minus_c, logprobs, mask, norm)
+    return weighted_logprob_loss(alpha * (rewards - c), logprobs, mask, norm)
 
 
 def effective_positive_share(rewards, c: float = 0.0) -> float:
     """p~ = sum_{R_i > c} (R_i - c) / sum_i |R_i - c|: the share of the gradient's total weight that
-    pushes samples up (docs/DERIVATIONS.md). For R in {+1, -1} and a share p of positives this is
-    [TOPR] Eq. 12, p~ = p(1-c) / (1 + (1-2p)c)."""
+    pushes samples up (docs/DERIVATIONS.md); on rewards +1/-1, [TOPR] Eq. 12 (p_tilde_pm1)."""
     r_minus_c = np.asarray(rewards, dtype=float) - c
     total = np.abs(r_minus_c).sum()
     return float(r_minus_c[r_minus_c > 0].sum() / total) if total > 0 else float("nan")
@@ -215,17 +203,6 @@ def effective_positive_share(rewards, c: float = 0.0) -> float:
 def p_tilde_pm1(p: float, c: float) -> float:
     """[TOPR] Eq. 12: p~ for rewards +1/-1, a share p of positives and baseline c."""
     return p * (1 - c) / (1 + (1 - 2 * p) * c)
-
-
-def default_baseline(reward: str) -> tuple[float, float]:
-    """(c, split) when not given: PM1_BASELINE and [TOPR]'s sign split for pm1; [CR] Eq. 4 (0, 1)
-    for the task's rewards (<= 1, 1 if correct), where pm1's would leave few negatives or none."""
-    return (PM1_BASELINE, 0.0) if reward == PM1 else (0.0, 1.0)
-
-
-def negative_share(rewards, c: float, split: float) -> float:
-    """Share of samples in T- (R - c < split): those that get the truncated ratio [pi/mu]_a-^b-."""
-    return float(np.mean(~in_t_plus(np.asarray(rewards, dtype=float), c, split)))
 
 
 # ---- Data: rewards, generation, files, selection -------------------------------------------------
@@ -243,13 +220,12 @@ def variant_at(reward: str, epoch: int, total_epochs: int) -> str:
     return reward
 
 
-def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
-                  variant) -> list[dict]:
+def generate_rows(engine, task, problems, prompts, tokenizer, args, it, variant) -> list[dict]:
     """--group-size samples a prompt from the engine's weights (mu), with LP_mu and their reward
     under `variant` (training recomputes rewards from the text: a file serves any variant)."""
     sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, top_p=args.top_p)
-    mu_name = f"iteration {iteration} policy, T={args.temperature} top_p={args.top_p}"
+    mu_name = f"iteration {it} policy, T={args.temperature} top_p={args.top_p}"
     rows = []
     for start in range(0, len(problems), PROMPTS_A_CALL):
         groups = engine.generate(prompts[start:start + PROMPTS_A_CALL], sc)
@@ -264,8 +240,7 @@ def generate_rows(engine, task, problems, prompts, tokenizer, args, iteration,
 
 
 def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> list[dict]:
-    """Algorithm 1's sampling: --group-size completions of --prompts prompts from mu = pi_{it-1}
-    (the current weights), seeded by the iteration alone, written to RUN/data-IT.jsonl."""
+    """Algorithm 1's sampling: from mu = pi_{it-1} (the current weights) to RUN/data-IT.jsonl."""
     t0 = time.perf_counter()
     model.eval()
     engine.sync(model)  # mu: the current weights, copied into the engine (vLLM)
@@ -284,9 +259,8 @@ def sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it) -> l
 
 
 def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list[dict]:
-    """Samples from a JSONL file: `problem`, `completion` required; `prompt_ids`, `completion_ids`
-    used when present (else built, EOS appended unless `finished` is false); `lp_mu` missing: see
-    fill_lp_mu. ValueError names the file and line. Without a tokenizer: checked, not tokenized."""
+    """Samples from a JSONL file, checked (ValueError: file and line); with a tokenizer, the missing
+    `prompt_ids` and `completion_ids` are built (EOS appended unless `finished` is false)."""
     rows = []
     for i, r in enumerate(read_jsonl(path, "file"), 1):
         if not (isinstance(r.get("problem"), dict) and isinstance(r.get("completion"), str)):
@@ -316,8 +290,7 @@ def read_rows(path: str, task, tokenizer=None, style: str | None = None) -> list
 
 
 def fill_lp_mu(rows: list[dict], model, pad_id: int, args, temperature: float = 1.0) -> None:
-    """LP_mu of the rows that lack it: their log-prob under `model` (mu, at `temperature`), computed
-    as the trainer computes log pi (--micro-batch, --bf16), so that every ratio starts at 1."""
+    """Missing LP_mu: `model`'s LP at `temperature`, as topr_step computes it: ratios start at 1."""
     model.eval()
     with torch.no_grad():
         for s in range(0, len(rows), args.micro_batch):
@@ -330,10 +303,9 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, args, temperature: float = 
 
 
 def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> None:
-    """LP_mu recomputed as the trainer computes log pi at mu's temperature (the sampler's kept as
-    lp_mu_sampler): vLLM's kernels, or fp32 sampling against --bf16 training, would put ratios off 1
-    at the start. At top-p < 1, mu is a nucleus the trainer does not form: the sampler's stays."""
-    if args.top_p < 1:
+    """LP_mu recomputed by fill_lp_mu at mu's temperature (the sampler's kept as lp_mu_sampler):
+    vLLM's kernels, or fp32 sampling against --bf16 training, put ratios off 1 at the start."""
+    if args.top_p < 1:  # mu is a nucleus the trainer does not form: the sampler's LP_mu stays
         tqdm.write(f"iteration {it}: LP_mu is the sampler's (top-p < 1); ratios start off 1 by "
                    "its numerical gap to the trainer")
         return
@@ -347,8 +319,7 @@ def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> Non
 
 
 def samples_on_hand(args, task, model, tokenizer, style, it0: int, resumed: bool) -> dict:
-    """Samples by iteration that need no drawing: --data for the first (missing LP_mu: the start
-    model's at T = 1); the file of the iteration a resumed run stopped in (written whole or not)."""
+    """Samples not to draw, by iteration: --data's (0), and the file of the iteration resumed."""
     data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
     if any("lp_mu" not in r for r in data.get(0, [])):
         fill_lp_mu(data[0], model, tokenizer.pad_token_id, args)
@@ -381,11 +352,10 @@ def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator)
 
 
 def epoch_rewards(data: list[dict], it: int, epoch: int, task, args, show: bool) -> tuple:
-    """R of every selected sample under this epoch's reward variant, and the share of them in T-;
-    prints the data's composition (p, p~, negative share) when `show`."""
+    """R of each sample under this epoch's variant, and the share in T-; `show`: print p, p~ too."""
     variant = variant_at(args.reward, it * args.epochs + epoch, args.iterations * args.epochs)
     rewards = [reward_of(task, x["problem"], x["completion"], variant) for x in data]
-    neg_share = negative_share(rewards, args.c, args.split)
+    neg_share = float(np.mean(~in_t_plus(np.asarray(rewards, dtype=float), args.c, args.split)))
     if show:
         p = float(np.mean([x["grade"] == "correct" for x in data]))
         eq12 = f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""
@@ -402,14 +372,13 @@ def epoch_rewards(data: list[dict], it: int, epoch: int, task, args, show: bool)
 # ---- Training ------------------------------------------------------------------------------------
 def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, pad_id: int,
               step: int) -> dict:
-    """One optimizer step of Algorithm 1 on a minibatch, after `step` steps, in micro-batches of
-    --micro-batch (the same gradient); its metrics. A non-finite loss or gradient stops the run
-    (exit 1) before optimizer.step(): the last checkpoint on disk is then the last good state."""
+    """One optimizer step of Algorithm 1 on a minibatch (`step` steps taken), in micro-batches of
+    --micro-batch; its metrics. A non-finite loss or gradient exits 1 before optimizer.step()."""
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     n_tokens = sum(len(x["completion_ids"]) for x in batch)
-    loss_sum, log_ratio_parts, R_parts = 0.0, [], []
+    loss_sum, log_ratio_parts = 0.0, []
     for s in range(0, len(batch), args.micro_batch):
         mb = batch[s:s + args.micro_batch]
         R = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M] R(x, y)
@@ -424,23 +393,19 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
         (loss * share).backward()
         loss_sum += loss.item() * share
         log_ratio_parts.append((logprobs.detach() * mask).sum(-1) - lp_mu)  # [M] LP - LP_mu
-        R_parts.append(R)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
     if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):  # before the weights change
         tqdm.write(f"error: step {step + 1}: non-finite loss={loss_sum} or grad_norm={grad_norm}; "
                    "weights not updated, the last checkpoint is the last good state. Likely cause: "
-                   "--lr too high, or a baseline (--c) or lp_mu far from the data's scale",
-                   file=sys.stderr)
+                   "--lr too high, or --c or lp_mu far from the data's scale", file=sys.stderr)
         raise SystemExit(1)
     optimizer.step()
-    return step_metrics(batch, rewards, torch.cat(log_ratio_parts), torch.cat(R_parts), loss_sum,
-                        grad_norm, args)
+    return step_metrics(batch, rewards, torch.cat(log_ratio_parts), loss_sum, grad_norm, args)
 
 
-def step_metrics(batch, rewards, log_ratio, R, loss: float, grad_norm: float, args) -> dict:
-    """A step's metrics: its loss and mean reward, the log-ratios LP - LP_mu (all, on T+, on T-),
-    alpha's mean on T- and the size of T- (None: an empty set). log_ratio, R: [N]."""
-    positive = in_t_plus(R, args.c, args.split)
+def step_metrics(batch, rewards, log_ratio, loss: float, grad_norm: float, args) -> dict:
+    """A step's metrics; log_ratio: [N] LP - LP_mu; a mean over an empty T+ or T- is None."""
+    positive = in_t_plus(torch.tensor(rewards, device=log_ratio.device), args.c, args.split)
     alpha = truncated_ratio(log_ratio, positive, *LIMITS[args.loss])
 
     def mean_or_none(x):
@@ -456,9 +421,8 @@ def step_metrics(batch, rewards, log_ratio, R, loss: float, grad_norm: float, ar
 
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, task, eval_sets, args) -> dict:
-    """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
-    completion and --eval-k samples at T = 1 a problem, drawn with seed 0 so that every checkpoint
-    meets the same random numbers. Reward: the one trained on; the task's first for pm1 or A+B."""
+    """Held-out metrics per size (tasks/scoring.py): a greedy completion and --eval-k at T = 1 a
+    problem, seed 0 at every checkpoint; the reward trained on (pm1 or A+B: the task's first)."""
     model.eval()
     engine.sync(model)  # the weights trained so far (the engine samples mu = pi_{it-1} otherwise)
     variant = None if args.reward in (PM1, "A+B") else args.reward
@@ -472,12 +436,11 @@ def evaluate(engine, model, task, eval_sets, args) -> dict:
     return metrics
 
 
-# ---- main(): every input checked, then Algorithm 1's loops (saves: the run section) --------------
+# ---- main(): every input checked first (bad: one line, exit 2), then Algorithm 1's loops ---------
 def main(argv=None):
     parser, args = parse_args(argv)
     run = Run(parser, args, keys={"model", "optimizer", "next"})  # --resume, folder, checkpoint
     common.setup(args.seed, args.threads)
-    # Every input is checked before anything long starts: bad input is one line and exit 2.
     try:
         task = get_task(args.task)
         choices = [PM1, *task.REWARD_VARIANTS] + ["A+B"] * ({"A", "B"} <= set(task.REWARD_VARIANTS))
@@ -512,7 +475,6 @@ def main(argv=None):
     step = run.begin(model=model, optimizer=optimizer)  # steps taken: 0, or the checkpoint's
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
-    engine.sync(model)  # the start (or resumed) weights copied into the engine (vLLM)
     print(f"topr: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
           f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
           f"c={args.c:g}, split={args.split:g}, run {args.out}")

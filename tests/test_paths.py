@@ -60,3 +60,26 @@ def test_every_test_a_file_names_exists():
                 if test not in defined:
                     missing.setdefault(test, []).append(name)
     assert not missing, f"named but not defined: {missing}"
+
+
+def test_every_function_a_doc_names_in_a_file_is_defined_there():
+    """`topr.py:topr_loss`, `claims.py:pool_files`: the name is a function, class or constant of
+    that file, so that a renamed or removed function leaves no reference behind."""
+    listed = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True,
+                            text=True)
+    if listed.returncode:
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    files = {os.path.basename(f): f for f in listed.stdout.split() if f.endswith(".py")}
+    missing, found = {}, 0
+    for name in listed.stdout.split():
+        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+            for module, symbol in re.findall(r"`(?:[\w/]+/)?(\w+\.py):(\w+)", f.read()):
+                if module not in files:
+                    continue
+                with open(os.path.join(ROOT, files[module]), encoding="utf-8") as g:
+                    source = g.read()
+                found += 1
+                if not re.search(rf"^\s*(?:def|class) {symbol}\b|^{symbol}\b.*=", source, re.M):
+                    missing.setdefault(f"{module}:{symbol}", []).append(name)
+    assert found > 20  # the pattern finds what it is for
+    assert not missing, f"named but not defined: {missing}"

@@ -283,10 +283,13 @@ def test_task_rewards_default_to_the_reports_eq4():
     """[CR] Eq. 4: grad = E_{R=1}[R grad log pi] + E_{R<1}[[pi/mu]_0^1 R grad log pi], no baseline.
     The default (c, split) for the task's rewards gives exactly that loss, and leaves negatives,
     where the pm1 default c = -0.8 (split 0) would put every sample of reward A in T+."""
-    assert topr.default_baseline("pm1") == (-0.8, 0.0)
+    def default_baseline(reward):  # (c, split) that fill_defaults gives a run of this reward
+        args = topr.parse_args(["--reward", reward])[1]
+        return args.c, args.split
+    assert default_baseline("pm1") == (-0.8, 0.0)
     for variant in ("original", "A", "B", "A+B"):
-        assert topr.default_baseline(variant) == (0.0, 1.0)
-    c, split = topr.default_baseline("A")
+        assert default_baseline(variant) == (0.0, 1.0)
+    c, split = default_baseline("A")
     logits, ids, mask, lp_mu = _batch(seed=3)
     rewards = torch.tensor([1.0, 0.1, 0.1, -0.006, 1.0, -0.0003], dtype=torch.float64)  # reward A
     lp = _token_logprobs(logits, ids, mask)
@@ -298,8 +301,8 @@ def test_task_rewards_default_to_the_reports_eq4():
     (g2,) = torch.autograd.grad(eq4, logits)
     assert loss.item() == pytest.approx(eq4.item(), abs=1e-12)
     assert torch.allclose(g1, g2, atol=1e-12)
-    assert topr.negative_share(rewards.tolist(), -0.8, 0.0) == 0.0  # the old default: none
-    assert topr.negative_share(rewards.tolist(), c, split) == pytest.approx(4 / 6)
+    assert (~topr.in_t_plus(rewards, -0.8, 0.0)).double().mean() == 0.0  # the old default: none
+    assert (~topr.in_t_plus(rewards, c, split)).double().mean().item() == pytest.approx(4 / 6)
 
 
 @pytest.mark.paper
