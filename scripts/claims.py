@@ -149,7 +149,9 @@ CLAIMS = {
         arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
               "naive": ("topr.py", one_pass("{pool}", "0", "naive", "50"), "paper"),
               "topr-p67": ("topr.py", one_pass("{d67}", "0", "topr", "25"),
-                           P67)},
+                           P67),
+              "topr-lr5e-7": ("topr.py", one_pass("{pool}", "0", "topr", "50")
+                              + ["--lr", "5e-7"], "the paper's lr, 5e-7 ([TOPR] §4.2)")},
         contrasts=[("TOPR end - naive end", lambda m: m["topr"]["acc"] - m["naive"]["acc"]),
                    ("naive degrades: naive peak - naive end",
                     lambda m: m["naive"]["peak"] - m["naive"]["acc"]),
@@ -160,7 +162,10 @@ CLAIMS = {
                    *[(f"probe: TOPR end - start, {n} numbers only", lambda m, n=n:
                       m["topr"][f"acc{n}"] - m["topr"][f"start{n}"], "probe") for n in SIZES],
                    ("probe: at the paper's 67% positives, TOPR end - start",
-                    lambda m: m["topr-p67"]["acc"] - m["topr-p67"]["start"], "probe")],
+                    lambda m: m["topr-p67"]["acc"] - m["topr-p67"]["start"], "probe"),
+                   ("at the paper's lr 5e-7, TOPR end - start (does the tiny model move?)",
+                    lambda m: m["topr-lr5e-7"]["acc"] - m["topr-lr5e-7"]["start"],
+                    "the paper's lr")],
         primary=("TOPR improves on the start: TOPR end - start",
                  lambda m: m["topr"]["acc"] - m["topr"]["start"], 1.0, "more"),
         plot="curve", shared={"topr-p67": "topr-fig4/all-p67"}),
@@ -346,7 +351,9 @@ CLAIMS = {
               "spo-lr1e-5": ("spo.py", S + ["--lr", "1e-5"], "probe: the paper's setting at "
                              "a sixth of the lr"),
               "ppo-lr1e-5": ("rloo.py", PPO + ["--lr", "1e-5"], "probe: the PPO stand-in at "
-                             "a sixth of the lr")},
+                             "a sixth of the lr"),
+              "spo-lr6e-8": ("spo.py", S + ["--lr", "6e-8", "--warmup", "200"],
+                             "the paper's lr, 6e-8 after 200 warm-up steps ([SPO] §5)")},
         contrasts=[("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"]),
                    ("pass@10: SPO - PPO", lambda m: m["spo"]["p10"] - m["ppo"]["p10"]),
                    ("pass@1: PPO - SPO", lambda m: m["ppo"]["p1"] - m["spo"]["p1"]),
@@ -364,7 +371,10 @@ CLAIMS = {
                    ("probe: both at lr 1e-5, SPO - PPO, pass@10",
                     lambda m: m["spo-lr1e-5"]["p10"] - m["ppo-lr1e-5"]["p10"], "probe"),
                    ("probe: both at lr 1e-5, PPO - SPO, pass@1",
-                    lambda m: m["ppo-lr1e-5"]["p1"] - m["spo-lr1e-5"]["p1"], "probe")],
+                    lambda m: m["ppo-lr1e-5"]["p1"] - m["spo-lr1e-5"]["p1"], "probe"),
+                   ("at the paper's lr 6e-8, pass@10: SPO - start (does the tiny model move?)",
+                    lambda m: m["spo-lr6e-8"]["p10"] - m["spo-lr6e-8"]["p10_0"],
+                    "the paper's lr")],
         primary=("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"], 1.0,
                  "more"),
         plot="curve", evaluate="spo"),
@@ -956,7 +966,7 @@ def run_claim(cid: str, args) -> dict:
     claim, claim_dir = dict(CLAIMS[cid]), os.path.join(args.out, cid)
     if args.skip_probes:  # the claim's own arms and contrasts alone
         claim["arms"] = {a: v for a, v in claim["arms"].items() if not v[2].startswith("probe")}
-        claim["contrasts"] = [c for c in claim["contrasts"] if len(c) == 2]
+        claim["contrasts"] = [c for c in claim["contrasts"] if len(c) == 2 or c[2] != "probe"]
     os.makedirs(claim_dir, exist_ok=True)
     files = {s: {} for s in args.seeds}
     if any("{pool}" in " ".join(f) or "{d" in " ".join(f) or "{pos}" in " ".join(f)
@@ -1004,10 +1014,10 @@ def run_claim(cid: str, args) -> dict:
                                score4=after["rewards"]["original"][SIZES.index(4)],
                                score4_0=before["rewards"]["original"][SIZES.index(4)])
     contrasts = []
-    for text, fn, *probe in claim["contrasts"]:  # a probe: an investigation, not in the verdict
+    for text, fn, *role in claim["contrasts"]:  # with a role: shown, not in the earlier verdict
         d = [fn(m[s]) for s in args.seeds]
         contrasts.append({"text": text, "d": d, "verdict": verdict_of(d, args.quick),
-                          "probe": bool(probe)})
+                          "probe": bool(role), "role": role[0] if role else ""})
     result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
               "runs": sorted(set(runs)), "jobs": args.jobs, "figures": m,
               "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
@@ -1277,8 +1287,8 @@ def write_doc(args) -> str:
                           if r["contrasts"] else [])
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
-                  + (f"({c['verdict']}: a probe, not in the verdict) |" if c.get("probe") else
-                     f"{c['verdict']} |") for c in r["contrasts"]]
+                  + (f"({c['verdict']}: {c.get('role', 'probe')}, not in the verdict) |"
+                     if c.get("probe") else f"{c['verdict']} |") for c in r["contrasts"]]
         lines += ["", f"Claim: **{p['verdict']}**"
                   + (f" (the rule of 1987642: {r['earlier_verdict']})" if "earlier_verdict" in r
                      else "") + "."]
