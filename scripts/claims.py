@@ -10,8 +10,9 @@ side by side, one torch thread each (fixed steps, so the figures do not depend o
 by scripts/compare.py's runner (a finished run is kept: an interrupted claim goes on where it
 stopped). Within a seed every arm of a claim shares the held-out problems, the evaluation draws
 and, where a claim trains off-policy, the same samples of the start model (POOL below). Each claim
-writes OUT/<claim>/result.json; the doc is rebuilt from every result.json under OUT, so one claim
-run alone updates its own rows. The hand-written investigations (docs/CLAIMS-notes.md) follow.
+writes OUT/<claim>/result.json and keeps a copy in docs/claims/ (in git); the doc is rebuilt from
+them, so one claim run alone updates its own rows, and --render-only works on a clean checkout.
+The hand-written investigations (docs/CLAIMS-notes.md) follow.
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient
 reinforcement learning for LLMs", 2025, arXiv:2503.14286. [AGRO] Tang et al., "RL-finetuning LLMs
@@ -69,6 +70,7 @@ PPO = ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32", "--group-size", "8",
        "25", "--eval-k", "20", "--eval-size", "50"]
 SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
+ARCHIVE = os.path.join(ROOT, "docs", "claims")  # every claim's last result.json, kept in git
 # The commit that registered each claim's primary contrast, before the runs that give its verdict.
 REGISTERED = {cid: "37c3416" for cid in (
     "topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5", "agro-fig6",
@@ -1028,7 +1030,10 @@ def run_claim(cid: str, args) -> dict:
         result["earlier_verdict"] = claim_verdict(
             [c["verdict"] for c in contrasts if not c["probe"]])
     result["minutes"] = minutes([result])  # the claim alone, its shared runs included
+    result["verdict_minutes"] = minutes([verdict_runs(cid, result, args)])
     compare.write_json(os.path.join(claim_dir, "result.json"), result)
+    if not args.quick:  # kept in git: --render-only rebuilds the doc on a clean checkout
+        compare.write_json(os.path.join(ARCHIVE, f"{cid}.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
     return result
 
@@ -1053,6 +1058,9 @@ def minutes(results: list[dict]) -> float:
     --jobs side by side."""
     seen, total = set(), 0.0
     for r in results:
+        if not any(os.path.exists(path) for path in r["runs"]):  # an archived result alone
+            total += 60 * r.get("minutes", 0.0) * r["jobs"]
+            continue
         for path in set(r["runs"]) - seen:
             seen.add(path)
             total += compare.read_json(path).get("seconds", 0) if path.endswith(".json") else \
@@ -1065,7 +1073,8 @@ def verdict_runs(cid: str, r: dict, args) -> dict:
     probes = {run_dir(cid, a, s, args) for a, (_, _, label) in CLAIMS[cid]["arms"].items()
               if label.startswith("probe") for s in r["seeds"]}
     return dict(r, runs=[x for x in r["runs"]
-                         if x not in probes and os.path.dirname(x) not in probes])
+                         if x not in probes and os.path.dirname(x) not in probes],
+                minutes=r.get("verdict_minutes", r.get("minutes", 0.0)))
 
 
 def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[str, float]:
@@ -1214,8 +1223,13 @@ def plot(cid: str, r: dict, path: str) -> None:
 
 def write_doc(args) -> str:
     """docs/CLAIMS.md from every OUT/<claim>/result.json, with docs/CLAIMS-notes.md appended."""
-    results = {cid: compare.read_json(os.path.join(args.out, cid, "result.json"))
-               for cid in CLAIMS if os.path.exists(os.path.join(args.out, cid, "result.json"))}
+    results = {}
+    for cid in CLAIMS:  # this --out's result, else the one kept in ARCHIVE
+        for path in (os.path.join(args.out, cid, "result.json"),
+                     os.path.join(ARCHIVE, f"{cid}.json")):
+            if os.path.exists(path):
+                results[cid] = compare.read_json(path)
+                break
     for cid, r in results.items():  # the rule applied to every result, older ones included
         r["primary"] = primary_of(cid, r)
         if "earlier_verdict" not in r and cid in EARLIER_CLAIMS:  # made under the earlier rule

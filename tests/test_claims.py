@@ -179,10 +179,10 @@ def test_the_dry_run_prints_every_arms_command_for_a_real_model_and_each_parses(
 
 
 def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_earlier_rule(
-        tmp_path):
-    """A result of topr-fig1 as claims.py writes it (seeds keyed as text, made before the rule):
-    the main table's row gives the primary's median, margin and verdict, what differs from the
-    paper, and the verdict of the rule the claim was registered under."""
+        tmp_path, monkeypatch):
+    """A result of topr-fig1 as claims.py keeps it in docs/claims (seeds keyed as text, made before
+    the rule), its runs gone: the main table's row gives the primary's median, margin and
+    verdict, what differs from the paper, and the verdict of the rule it was registered under."""
     curve = [{"step": 0, "acc": 20.0, "acc3": 30.0, "acc4": 10.0, "format": 90.0, "pass": 50.0,
               "kl": 0.0}]
     def fig(start, end):
@@ -191,13 +191,16 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
                 "steps": 500, "area": end, "kl": 0.1}
     figures = {str(s): {"topr": fig(20.0, 20.0 + up), "naive": fig(20.0, 0.0),
                         "topr-p67": fig(20.0, 28.0)} for s, up in [(0, 0.9), (1, -1.8), (2, -2.2)]}
-    result = {"claim": "topr-fig1", "seeds": [0, 1, 2], "quick": False, "runs": [], "jobs": 2,
+    result = {"claim": "topr-fig1", "seeds": [0, 1, 2], "quick": False, "jobs": 2,
+              "runs": [str(tmp_path / "gone")],
               "figures": figures, "p": {}, "contrasts": [], "verdict": "partly", "minutes": 1.0,
               "commands": {a: ["topr.py"] for a in ("topr", "naive", "topr-p67")}}
-    os.makedirs(tmp_path / "topr-fig1")
-    (tmp_path / "topr-fig1" / "result.json").write_text(json.dumps(result))
-    args = argparse.Namespace(out=str(tmp_path), doc=str(tmp_path / "CLAIMS.md"), readme="",
-                              sft=str(tmp_path), seeds=[0, 1, 2])
+    archive = tmp_path / "archive"  # the copy kept in git: all a clean checkout has
+    archive.mkdir()
+    (archive / "topr-fig1.json").write_text(json.dumps(result))
+    monkeypatch.setattr(claims, "ARCHIVE", str(archive))
+    args = argparse.Namespace(out=str(tmp_path / "runs"), doc=str(tmp_path / "CLAIMS.md"),
+                              readme="", sft=str(tmp_path), seeds=[0, 1, 2])
     text = claims.write_doc(args)
     row = next(line for line in text.splitlines() if line.startswith("| [[TOPR] Fig. 1"))
     assert "-1.8 (0.9, -1.8, -2.2), margin 0.8" in row
