@@ -1296,9 +1296,9 @@ def write_doc(args) -> str:
             + f"): {p['text']}: median {median(p['d'], digits)}, per seed "
             f"{', '.join(f'{x:.{digits}f}' for x in p['d'])}; **{p['verdict']}**, margin "
             f"{p['margin']:.{digits}f}" + (f"; results at {r['commit']}" if "commit" in r else "")
-            + ".", ""] + (["| secondary contrast (paper's direction positive) | mean ± sd | "
-                           "per seed | verdict (the rule of 1987642) |", "|---|---|---|---|"]
-                          if r["contrasts"] else [])
+            + "."] + (["", "| secondary contrast (paper's direction positive) | mean ± sd | "
+                       "per seed | verdict (the rule of 1987642) |", "|---|---|---|---|"]
+                      if r["contrasts"] else [])
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
                   + (f"({c['verdict']}: {c.get('role', 'probe')}, not in the verdict) |"
