@@ -1080,6 +1080,9 @@ def verdict_runs(cid: str, r: dict, args) -> dict:
 def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[str, float]:
     """(verdict, margin) of a primary contrast, d seed by seed (RULE). kind: "more" (the paper
     claims d > 0) or "equal" (the paper claims no difference, |d| < delta)."""
+    nans = sum(math.isnan(x) for x in d)  # e.g. a gain per nat where nothing was gained
+    if nans and len(d) - nans < 3:
+        return "undefined (d is not a number in too many seeds)", math.nan
     d = [x for x in d if not math.isnan(x)]
     if len(d) < 3:
         return "too few seeds", math.nan

@@ -1,6 +1,7 @@
 """scripts/claims.py: the verdict rule, Eq. 12's inverse, the composed datasets and bad input."""
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -141,6 +142,7 @@ def test_the_margin_is_the_medians_distance_past_the_deciding_threshold():
     verdict, margin = claims.primary_verdict([-5.0, 0.5, 6.0], 1.0)
     assert verdict == "inconclusive" and margin == pytest.approx(-0.5)  # 0.5 short of delta
     assert claims.primary_verdict([1.0, 2.0], 1.0)[0] == "too few seeds"
+    assert claims.primary_verdict([math.nan, 1.0, 2.0], 1.0)[0].startswith("undefined")
 
 
 def test_every_runnable_claim_has_a_primary_contrast_and_the_others_say_why_not():
