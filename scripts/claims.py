@@ -1340,8 +1340,9 @@ def write_doc(args) -> str:
 
 def summary(verdicts: list[str], runnable: int) -> str:
     """The primaries' verdicts in a few words: "2 of 18 reproduced, ..."."""
-    counts = [f"{verdicts.count(v)} {v}" for v in ("not reproduced", "inconclusive", "equivalent")
-              if verdicts.count(v)]
+    short = [v.split(" (")[0] for v in verdicts]  # "undefined (why)" counts as undefined
+    counts = [f"{short.count(v)} {v}" for v in ("not reproduced", "inconclusive", "equivalent",
+                                                 "undefined") if short.count(v)]
     rest = [f"{runnable - len(verdicts)} not run yet"] if len(verdicts) < runnable else []
     return ", ".join([f"{verdicts.count('reproduced')} of {runnable} reproduced"] + counts + rest)
 
