@@ -155,7 +155,7 @@ def binary_kl_with_logits(logits: torch.Tensor, target: torch.Tensor) -> torch.T
 def spo_loss(q: torch.Tensor, q_T: torch.Tensor, mask: torch.Tensor, q0: torch.Tensor,
              r: torch.Tensor, beta: float, objective: str = "terminal", loss_type: str = "sq",
              eps: float = CE_EPS) -> torch.Tensor:
-    """The SPO objectives of §3.1.2, mean over trajectories (no length normalisation); a scalar.
+    """SPO's objectives (§3.1.2; terminal: Eq. 13, Q_T ~ r), mean over trajectories, unnormalised.
     q [N, T], q_T [N] from cumulative_q; mask [N, T]; q0 [N] Q0_hat; r [N] rewards in {0, -1}.
     terminal:    L(Q_T, r)
     nonterminal: sum_t L(Q_t, R_t), reverse-Q targets R_t = sg(r - sum_{t'>t} A_t' = r - Q_T + Q_t)

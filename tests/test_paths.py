@@ -13,22 +13,24 @@ PATH = re.compile(r"(?<![\w./-])((?:docs|scripts|tests|tasks)/[\w./-]*\w"
 PLACEHOLDERS = {"TASK", "TIME", "NAME", "RUN", "DIR"}  # docs/RESULTS-TASK.md: a file per task
 
 
-def named_paths() -> dict[str, set[str]]:
-    """path -> the files naming it, over the tracked .py and .md files."""
+def tracked_texts() -> dict[str, str]:
+    """name -> text of every tracked .py and .md file (skips outside a git checkout)."""
     listed = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True,
                             text=True)
     if listed.returncode:
         pytest.skip("not a git checkout: the tracked files are unknown")
-    named = {}
+    texts = {}
     for name in listed.stdout.split():
         with open(os.path.join(ROOT, name), encoding="utf-8") as f:
-            for match in PATH.finditer(f.read()):
-                named.setdefault(match.group(1), set()).add(name)
-    return named
+            texts[name] = f.read()
+    return texts
 
 
 def test_every_path_a_file_names_exists():
-    named = named_paths()
+    named = {}  # path -> the files naming it
+    for name, text in tracked_texts().items():
+        for match in PATH.finditer(text):
+            named.setdefault(match.group(1), set()).add(name)
     assert "docs/PAPERS.md" in named  # the pattern finds what it is for
     missing = {path: sorted(files) for path, files in named.items()
                if not os.path.exists(os.path.join(ROOT, path))
@@ -39,47 +41,38 @@ def test_every_path_a_file_names_exists():
 def test_every_test_a_file_names_exists():
     """A test named in a doc or a docstring (`test_...` beyond a module's name) is defined: a
     renamed test leaves no reference behind."""
+    texts = tracked_texts()
     defined = set()
-    for name in os.listdir(os.path.join(ROOT, "tests")):
-        if name.startswith("test_") and name.endswith(".py"):
-            defined.add(name[:-3])  # the module itself
-            with open(os.path.join(ROOT, "tests", name), encoding="utf-8") as f:
-                defined |= set(re.findall(r"^def (test_\w+)", f.read(), re.M))
+    for name, text in texts.items():
+        if name.startswith("tests/test_") and name.endswith(".py"):
+            defined.add(name[len("tests/"):-3])  # the module itself
+            defined |= set(re.findall(r"^def (test_\w+)", text, re.M))
     assert "test_every_test_a_file_names_exists" in defined  # the pattern finds what it is for
-    listed = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True,
-                            text=True)
-    if listed.returncode:
-        pytest.skip("not a git checkout: the tracked files are unknown")
     missing = {}
-    for name in listed.stdout.split():
-        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
-            # in code, only a name in backticks or after `::` (else a variable such as test_rows);
-            # a name cut at a line's end (`..._positive_` then `elsewhere`) is left out
-            where = r"\b" if name.endswith(".md") else r"(?:::|`)"
-            for test in re.findall(where + r"(test_\w*[a-z0-9])\b(?!_)", f.read()):
-                if test not in defined:
-                    missing.setdefault(test, []).append(name)
+    for name, text in texts.items():
+        # in code, only a name in backticks or after `::` (else a variable such as test_rows);
+        # a name cut at a line's end (`..._positive_` then `elsewhere`) is left out
+        where = r"\b" if name.endswith(".md") else r"(?:::|`)"
+        for test in re.findall(where + r"(test_\w*[a-z0-9])\b(?!_)", text):
+            if test not in defined:
+                missing.setdefault(test, []).append(name)
     assert not missing, f"named but not defined: {missing}"
 
 
 def test_every_function_a_doc_names_in_a_file_is_defined_there():
     """`topr.py:topr_loss`, `claims.py:pool_files`: the name is a function, class or constant of
     that file, so that a renamed or removed function leaves no reference behind."""
-    listed = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True,
-                            text=True)
-    if listed.returncode:
-        pytest.skip("not a git checkout: the tracked files are unknown")
-    files = {os.path.basename(f): f for f in listed.stdout.split() if f.endswith(".py")}
+    texts = tracked_texts()
+    sources = {os.path.basename(name): text for name, text in texts.items()
+               if name.endswith(".py")}
     missing, found = {}, 0
-    for name in listed.stdout.split():
-        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
-            for module, symbol in re.findall(r"`(?:[\w/]+/)?(\w+\.py):(\w+)", f.read()):
-                if module not in files:
-                    continue
-                with open(os.path.join(ROOT, files[module]), encoding="utf-8") as g:
-                    source = g.read()
-                found += 1
-                if not re.search(rf"^\s*(?:def|class) {symbol}\b|^{symbol}\b.*=", source, re.M):
-                    missing.setdefault(f"{module}:{symbol}", []).append(name)
+    for name, text in texts.items():
+        for module, symbol in re.findall(r"`(?:[\w/]+/)?(\w+\.py):(\w+)", text):
+            if module not in sources:
+                continue
+            found += 1
+            if not re.search(rf"^\s*(?:def|class) {symbol}\b|^{symbol}\b.*=", sources[module],
+                             re.M):
+                missing.setdefault(f"{module}:{symbol}", []).append(name)
     assert found > 20  # the pattern finds what it is for
     assert not missing, f"named but not defined: {missing}"
