@@ -380,17 +380,17 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
     n_tokens = sum(len(x["completion_ids"]) for x in batch)
     loss_sum, log_ratio_parts = 0.0, []
     for s in range(0, len(batch), args.micro_batch):
-        mb = batch[s:s + args.micro_batch]
+        micro = batch[s:s + args.micro_batch]
         R = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M] R(x, y)
-        logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in mb],
-                                                    [x["completion_ids"] for x in mb], pad_id,
+        logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in micro],
+                                                    [x["completion_ids"] for x in micro], pad_id,
                                                     bf16=args.bf16)
-        lp_mu = torch.tensor([x["lp_mu"] for x in mb], device=device)  # [M] LP_mu(y)
+        lp_mu = torch.tensor([x["lp_mu"] for x in micro], device=device)  # [M] LP_mu(y)
         loss = topr_loss(logprobs, mask, lp_mu, R, c=args.c, norm=args.loss_norm,
                          split=args.split, limits=LIMITS[args.loss])  # Eq. 8, or Eq. 7
-        # each micro-batch weighted by its share, so the sum is the loss of the whole batch
-        share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(mb) / len(batch)
-        (loss * share).backward()
+        share = (mask.sum().item() / n_tokens if args.loss_norm == "token"
+                 else len(micro) / len(batch))
+        (loss * share).backward()  # weighted by share, micro-batches sum to the batch's loss
         loss_sum += loss.item() * share
         log_ratio_parts.append((logprobs.detach() * mask).sum(-1) - lp_mu)  # [M] LP - LP_mu
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).item()
