@@ -84,6 +84,7 @@ PROBES_ADDED = {"topr-p67": "ffbf662", "all-p67": "ffbf662", "all-c-0.8": "ffbf6
                 "spo-sq": "5346122", "spo-defaults": "9671d90", "spo-lr1e-5": "d67c7f7",
                 "ppo-lr1e-5": "64878c3"}
 # The claims registered at 1987642, under the rule of their contrasts then (EARLIER_RULE).
+EARLIER = "1987642"  # ARCHIVE/earlier-1987642.json: the results in docs/CLAIMS.md then
 EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
                   "agro-fig6", "spo-fig1", "cr-table1")
 # The rule: a claim's verdict is its primary contrast's alone (primary_verdict); the other
@@ -1237,6 +1238,8 @@ def write_doc(args) -> str:
         r["primary"] = primary_of(cid, r)
         if "earlier_verdict" not in r and cid in EARLIER_CLAIMS:  # made under the earlier rule
             r["earlier_verdict"] = r["verdict"]
+    earlier_path = os.path.join(ARCHIVE, f"earlier-{EARLIER}.json")
+    earlier = compare.read_json(earlier_path) if os.path.exists(earlier_path) else {"claims": {}}
     done = [r["primary"]["verdict"] for r in results.values()]
     runnable = [cid for cid, c in CLAIMS.items() if c.get("runs", True)]
     total = minutes(list(results.values()))
@@ -1279,11 +1282,19 @@ def write_doc(args) -> str:
         cell = (f"{claim['primary'][0]}{registered}: "
                 + (f"{median(p['d'], digits)} ({', '.join(f'{x:.{digits}f}' for x in p['d'])})"
                    f", margin {p['margin']:.{digits}f}" if p else "not run yet"))
+        then = [f"{r['earlier_verdict']}"] if r and "earlier_verdict" in r else []
+        if cid in earlier["claims"]:
+            then.append(f"{earlier['claims'][cid]['verdict']} on the earlier runs")
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
-                     f"**{p['verdict'] if p else 'not run yet'}** | "
-                     f"{r.get('earlier_verdict', '') if r else ''} |")
-    for cid, r in results.items():
-        claim, mins = CLAIMS[cid], minutes([verdict_runs(cid, r, args)])
+                     f"**{p['verdict'] if p else 'not run yet'}** | {'; '.join(then)} |")
+    for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
+        claim, r = CLAIMS[cid], results.get(cid)
+        if r is None:  # registered at 1987642, not yet run again
+            lines += ["", f"## {cid}", "", f"**{claim['paper']}**: {claim['says']}.", "",
+                      "Not yet run under the primary-contrast rule.", ""]
+            lines += earlier_section(cid, earlier)
+            continue
+        mins = minutes([verdict_runs(cid, r, args)])
         took = (f"{mins:.0f} minutes for the verdict, {r['minutes']:.0f} with the probes"
                 if round(mins) != round(r["minutes"]) else f"{mins:.0f} minutes")
         lines += ["", f"## {cid}", "", f"**{claim['paper']}**: {claim['says']}.", "",
@@ -1313,6 +1324,8 @@ def write_doc(args) -> str:
             png = os.path.join(os.path.dirname(args.doc), f"CLAIMS-{cid}.png")
             plot(cid, r, png)
             lines += ["", f"![{cid}]({os.path.basename(png)})"]
+        if cid in earlier["claims"]:
+            lines += [""] + earlier_section(cid, earlier)
     notes = os.path.join(os.path.dirname(args.doc), "CLAIMS-notes.md")
     if os.path.exists(notes):
         lines += ["", open(notes).read().rstrip()]
@@ -1336,6 +1349,32 @@ def write_doc(args) -> str:
                 f.write(new)
             os.replace(args.readme + ".tmp", args.readme)
     return text
+
+
+def earlier_section(cid: str, earlier: dict) -> list[str]:
+    """A claim as 1987642 registered it, on the runs of its results commit (kept in ARCHIVE since
+    their result.json files are gone): the arms, every contrast and the verdict of EARLIER_RULE,
+    then the primary contrast computed on them post hoc, where it is one of those contrasts."""
+    e, commit = earlier["claims"][cid], earlier["results"]
+    lines = [f"**The earlier runs** (docs/CLAIMS.md as of {earlier['registered']}, rendered at "
+             f"{commit} from runs on 2 cores, AMD EPYC, 2026-11-27, with its own start model; "
+             f"figures as that doc gave them). {e['setting']}", "",
+             "| " + " | ".join(e["arm_header"]) + " |", "|---" * len(e["arm_header"]) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in e["arms"]]
+    lines += ["", "| contrast (paper's direction positive) | mean ± sd | per seed | verdict |",
+              "|---|---|---|---|"]
+    lines += [f"| {c['text']} | {c['mean_sd']} | {', '.join(map(str, c['d']))} | "
+              f"{c['verdict']} |" for c in e["contrasts"]]
+    lines += ["", f"Claim on the earlier runs, the rule of {earlier['registered']}: "
+              f"**{e['verdict']}**."]
+    (text, _, delta, kind), digits = CLAIMS[cid]["primary"], CLAIMS[cid].get("digits", 1)
+    same = [c["d"] for c in e["contrasts"] if c["text"] == text]
+    if same:  # registered after these runs were seen: post hoc, not a verdict of the claim
+        verdict, margin = primary_verdict(same[0], delta, kind)
+        lines += ["", f"The primary contrast on these runs, post hoc (registered after them, in "
+                  f"{REGISTERED[cid]}): median {median(same[0], digits)}, per seed "
+                  f"{', '.join(map(str, same[0]))}; {verdict}, margin {margin:.{digits}f}."]
+    return lines
 
 
 def summary(verdicts: list[str], runnable: int) -> str:

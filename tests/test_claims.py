@@ -231,3 +231,30 @@ def test_every_probe_arm_names_the_commit_that_added_it():
         for arm, (_, _, role) in claim.get("arms", {}).items():
             if role.startswith("probe"):
                 assert any(arm.startswith(start) for start in claims.PROBES_ADDED), (cid, arm)
+
+
+def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary_is_post_hoc(
+        tmp_path, monkeypatch):
+    """Not run again yet: the doc still shows the earlier runs' contrasts and verdict (the rule of
+    1987642) from ARCHIVE, and computes the primary on them, labelled post hoc."""
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    text = claims.CLAIMS["topr-fig4"]["primary"][0]
+    earlier = {"registered": "1987642", "results": "1d2807b", "claims": {"topr-fig4": {
+        "setting": "The paper's setting: ...", "arm_header": ["arm", "acc"],
+        "arms": [["start model", "18.9 ± 0.8"]], "verdict": "not reproduced",
+        "contrasts": [{"text": text, "mean_sd": "-8.0 ± 1.5", "d": [-6.9, -7.5, -9.7],
+                       "verdict": "not reproduced"}]}}}
+    (archive / f"earlier-{claims.EARLIER}.json").write_text(json.dumps(earlier))
+    monkeypatch.setattr(claims, "ARCHIVE", str(archive))
+    args = argparse.Namespace(out=str(tmp_path / "runs"), doc=str(tmp_path / "CLAIMS.md"),
+                              readme="", sft=str(tmp_path), seeds=[0, 1, 2])
+    doc = claims.write_doc(args)
+    row = next(line for line in doc.splitlines() if line.startswith("| [[TOPR] Fig. 4"))
+    assert row.endswith("| **not run yet** | not reproduced on the earlier runs |")
+    section = doc[doc.index("## topr-fig4"):]
+    assert "Not yet run under the primary-contrast rule." in section
+    assert f"| {text} | -8.0 ± 1.5 | -6.9, -7.5, -9.7 | not reproduced |" in section
+    assert ("post hoc (registered after them, in 37c3416): median -7.5, per seed -6.9, -7.5, "
+            "-9.7; not reproduced, margin 6.5.") in section
+    assert "## topr-fig1" not in doc  # neither run again nor in the earlier archive
