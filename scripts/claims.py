@@ -7,12 +7,16 @@ a verdict by one rule; writes docs/CLAIMS.md and its plots (docs/CLAIMS-<claim>.
 
 Every arm is one command of an algorithm script from the --sft model with --seed s; --jobs runs
 side by side, one torch thread each (fixed steps, so the figures do not depend on the clock), run
-by scripts/compare.py's runner (a finished run is kept: an interrupted claim goes on where it
+by scripts/lab.py's runner (a finished run is kept: an interrupted claim goes on where it
 stopped). Within a seed every arm of a claim shares the held-out problems, the evaluation draws
-and, where a claim trains off-policy, the same samples of the start model (POOL below). Each claim
-writes OUT/<claim>/result.json and keeps a copy in docs/claims/ (in git); the doc is rebuilt from
-them, so one claim run alone updates its own rows, and --render-only works on a clean checkout.
-The hand-written investigations (docs/CLAIMS-notes.md) follow.
+and, where a claim trains off-policy, the same samples of the start model (the registry's POOL).
+Each claim writes OUT/<claim>/result.json and keeps a copy in docs/claims/ (in git); the doc is
+rebuilt from them, so one claim run alone updates its own rows, and --render-only works on a clean
+checkout. The hand-written investigations (docs/CLAIMS-notes.md) follow.
+
+The claims themselves (their arms, contrasts, primaries, departures from the papers and settings)
+are data in scripts/claims_registry.py; this file runs them (run_claim) and renders the doc
+(write_doc).
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient
 reinforcement learning for LLMs", 2025, arXiv:2503.14286. [AGRO] Tang et al., "RL-finetuning LLMs
@@ -32,61 +36,22 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare  # noqa: E402  (its runner: one command to completion, a finished run kept)
-from compare import ROOT, common  # noqa: E402
-import topr  # noqa: E402
+import compare  # noqa: E402  (its final evaluation's decoding for [CR], REPORT_DECODING)
+import lab  # noqa: E402  (the runner: one command to completion, a finished run kept)
+from compare import common  # noqa: E402
+from lab import ROOT, side_by_side  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
+import claims_registry  # noqa: E402  (the claims, their arms and settings, as data)
+from claims_registry import (  # noqa: E402
+    CLAIMS, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL, PROBES_ADDED, QUICK,
+    REGISTERED, SIZES, SPO_EVAL, departures, label)
+PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
-SIZES = (3, 4)  # Countdown's; every figure below is the mean over both (400 held-out problems)
-# [TOPR] §4.2's setting: +1/-1 reward, each log-prob over its length, clip 1, mu at T = 1 and
-# top-p 1, constant lr, no KL; every sample of the data (uniform, keep 0), one iteration.
-T = ["--reward", "pm1", "--iterations", "1", "--sampling", "uniform", "--keep", "0",
-     "--temperature", "1", "--top-p", "1", "--loss-norm", "seq/len", "--clip", "1",
-     "--batch-size", "64", "--lr", "5e-5"]
-# POOL: 4,000 training prompts x 8 samples of the start model at T = 1 (with LP_mu), one file a
-# seed, shared by the TOPR claims; --keep 1 trains one one-sample step after drawing them.
-POOL = ["--iterations", "1", "--prompts", "4000", "--group-size", "8", "--sampling", "uniform",
-        "--keep", "1", "--eval-size", "1", "--eval-k", "1"]
-P67 = "probe: POOL's positives and 33% negatives, [TOPR] §4.3's share"
-PTILDE = (0.01, 0.05, 0.10, 0.20, 0.50, 1.00)  # [TOPR] Fig. 5's x axis: 1% ... 100%
-N_MIX = 6400  # samples of each composed dataset (p = 10% and 50%): 100 steps of 64
-# [AGRO] §8.1: the on-policy variants with identical hyper-parameters (agro.py's batch of
-# 32 prompts x 8), both sizes, 125 steps, warm-up then a constant lr for every script.
-A = ["--sizes", "3,4", "--prompts", "32", "--group-size", "8", "--steps", "125", "--lr", "6e-5",
-     "--warmup", "10", "--eval-every", "25"]
-# [AGRO] §8.2: pi_ref's samples fixed (512 prompts x 8), 16 steps an epoch, 10 epochs.
-O = ["--mode", "offpolicy", "--offline-prompts", "512", "--sizes", "3,4", "--prompts", "32",
-     "--group-size", "8", "--steps", "160", "--eval-every", "16"]
-# [SPO] §5: CE loss, T ~ U(0.1, 0.8), top-p 0.95, pi_s updated every 10 steps; beta = 1/ln 1e5.
-S = ["--loss", "ce", "--temperature", "0.1,0.8", "--top-p", "0.95", "--model-update-interval",
-     "10", "--steps", "125", "--eval-every", "25", "--eval-k", "20", "--eval-size", "50"]
-SPO_BETA = 1 / math.log(1e5)
-# The PPO stand-in (ours): rloo.py with the KL in the reward at SPO's beta, 32 prompts x 8.
-PPO = ["--beta", f"{SPO_BETA:.4f}", "--prompts", "32", "--group-size", "8",
-       "--train-size", "256", "--steps", "125", "--lr-schedule", "constant", "--eval-every",
-       "25", "--eval-k", "20", "--eval-size", "50"]
-SPO_EVAL = dict(temperature=0.4, top_p=0.95)  # [SPO] §5: 20 samples at T = 0.4, top-p 0.95
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 ARCHIVE = os.path.join(ROOT, "docs", "claims")  # every claim's last result.json, kept in git
-# The commit that registered each claim's primary contrast, before the runs that give its verdict.
-REGISTERED = {cid: "37c3416" for cid in (
-    "topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5", "agro-fig6",
-    "spo-fig1", "cr-table1", "topr-fig3", "topr-s43", "topr-fig7", "topr-fig8", "agro-s81",
-    "agro-fig4", "spo-both", "cr-s51", "cr-table2")}
-# Probes are investigations added after a claim's results were seen (post hoc): the commit that
-# added each, by the start of its arms' names.
-PROBES_ADDED = {"topr-p67": "ffbf662", "all-p67": "ffbf662", "all-c-0.8": "ffbf662",
-                "lr1e-5-": "cbc177e", "n3-": "cbc177e", "lr2e-6x5-": "d67c7f7",
-                "rloo-b0.5": "d6c388b", "agro-l1-b0.5": "d6c388b", "agro-b0.15": "4f65f2d",
-                "spo-sq": "5346122", "spo-defaults": "9671d90", "spo-lr1e-5": "d67c7f7",
-                "ppo-lr1e-5": "64878c3"}
-# The claims registered at 1987642, under the rule of their contrasts then (EARLIER_RULE).
-EARLIER = "1987642"  # ARCHIVE/earlier-1987642.json: the results in docs/CLAIMS.md then
-EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
-                  "agro-fig6", "spo-fig1", "cr-table1")
 # The rule: a claim's verdict is its primary contrast's alone (primary_verdict); the other
 # contrasts are shown under the rule of 1987642 (EARLIER_RULE), as they were registered.
 RULE = ("Each claim has one **primary contrast**, about the paper's own method, registered before "
@@ -110,683 +75,13 @@ EARLIER_RULE = (
     "otherwise.")
 
 
-def c_for(p: float, pt: float) -> float:
-    """[TOPR] Eq. 12 solved for c: the baseline giving effective positive share pt at share p."""
-    c = (p - pt) / (p + pt * (1 - 2 * p))
-    assert abs(topr.p_tilde_pm1(p, c) - pt) < 1e-9
-    return c
-
-
-# ---- The claims --------------------------------------------------------------------------------
-# Each: the paper's words and setting, ours, the arms (name: script, flags, "paper" or "ours": a
-# stand-in for a baseline the project lacks), the contrasts (text, function of one seed's figures
-# m[arm][key] giving d) and the plot. Flags may name a seed's files: {pool} {pos} {d10} {d50}
-# {d67} {d10n3}.
-def one_pass(data: str, c: str, loss: str, every: str | None = None) -> list[str]:
-    """topr.py's flags for one pass over a data file at baseline c ([TOPR] §4.2's setting T)."""
-    every = ["--eval-every", every] if every else []
-    return T + ["--data", data, "--c", c, "--loss", loss] + every
-
-
-def at(run, step):  # the evaluation at `step` (the last one before it)
-    return [e for e in run["curve"] if e["step"] <= step][-1]
-
-
-def kl_efficiency(run) -> float:
-    """Accuracy gained per nat of KL to the start model at the end ([AGRO] Fig. 6's axes); nan
-    where either is not positive."""
-    gain = run["acc"] - run["start"]
-    return gain / run["kl"] if gain > 0 and run["kl"] > 0 else math.nan
-
-
-CLAIMS = {
-    "topr-fig1": dict(
-        paper="[TOPR] Fig. 1, §4.3",
-        says="trained off-policy for longer, naive REINFORCE degrades while TOPR keeps improving "
-             "(\"TOPR rapidly improves on the base model\"; naive \"collapses as pi moves away "
-             "from mu\")",
-        setting="one iteration: samples of the base model (GSM8K 7,473 x 16), one epoch over "
-                "them, reward +1/-1, no baseline (c = 0), no KL; test pass@1 along training",
-        ours="one pass over POOL (32,000 samples of the start model at T = 1, 19% correct: "
-             "500 steps of 64), c = 0, lr 5e-5; acc at T = 1 every 50 steps",
-        arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
-              "naive": ("topr.py", one_pass("{pool}", "0", "naive", "50"), "paper"),
-              "topr-p67": ("topr.py", one_pass("{d67}", "0", "topr", "25"),
-                           P67),
-              "topr-lr5e-7": ("topr.py", one_pass("{pool}", "0", "topr", "50")
-                              + ["--lr", "5e-7"], "the paper's lr, 5e-7 ([TOPR] §4.2)")},
-        contrasts=[("TOPR end - naive end", lambda m: m["topr"]["acc"] - m["naive"]["acc"]),
-                   ("naive degrades: naive peak - naive end",
-                    lambda m: m["naive"]["peak"] - m["naive"]["acc"]),
-                   ("TOPR keeps improving: TOPR end - TOPR half-way",
-                    lambda m: m["topr"]["acc"] - at(m["topr"], m["topr"]["steps"] // 2)["acc"]),
-                   ("TOPR improves on the start: TOPR end - start",
-                    lambda m: m["topr"]["acc"] - m["topr"]["start"]),
-                   *[(f"probe: TOPR end - start, {n} numbers only", lambda m, n=n:
-                      m["topr"][f"acc{n}"] - m["topr"][f"start{n}"], "probe") for n in SIZES],
-                   ("probe: at the paper's 67% positives, TOPR end - start",
-                    lambda m: m["topr-p67"]["acc"] - m["topr-p67"]["start"], "probe"),
-                   ("at the paper's lr 5e-7, TOPR end - start (does the tiny model move?)",
-                    lambda m: m["topr-lr5e-7"]["acc"] - m["topr-lr5e-7"]["start"],
-                    "the paper's lr")],
-        primary=("TOPR improves on the start: TOPR end - start",
-                 lambda m: m["topr"]["acc"] - m["topr"]["start"], 1.0, "more"),
-        plot="curve", shared={"topr-p67": "topr-fig4/all-p67"}),
-    "topr-fig4": dict(
-        paper="[TOPR] Fig. 4, §4.3",
-        says="training on all examples beats positives alone (\"substantially lower "
-             "performance\") and leaves fewer questions with no correct answer",
-        setting="the same samples with every negative removed, trained the same way (one "
-                "epoch); pass@1, and a histogram of correct generations per question",
-        ours="POS: POOL's correct samples (~6,100: one pass, ~96 steps) against topr-fig1's "
-             "TOPR arm (all 32,000, 500 steps), c = 0; no correct answer = 1 - pass@8",
-        arms={"all": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
-              "positives": ("topr.py", one_pass("{pos}", "0", "topr", "25"), "paper"),
-              "all-p67": ("topr.py", one_pass("{d67}", "0", "topr", "25"),
-                          P67),
-              "all-c-0.8": ("topr.py", one_pass("{pool}", "-0.8", "topr", "50"),
-                            "probe: all, c = -0.8: p~ 68%, the paper's share by Eq. 12")},
-        contrasts=[("all - positives (acc, each one pass)",
-                    lambda m: m["all"]["acc"] - m["positives"]["acc"]),
-                   ("all - positives (acc at positives' last step)",
-                    lambda m: at(m["all"], m["positives"]["steps"])["acc"]
-                    - m["positives"]["acc"]),
-                   ("no correct of 8: positives - all",
-                    lambda m: m["all"]["pass"] - m["positives"]["pass"]),
-                   ("probe: at the paper's 67% positives, all - positives",
-                    lambda m: m["all-p67"]["acc"] - m["positives"]["acc"], "probe"),
-                   ("probe: p~ 68% by c = -0.8, all - positives",
-                    lambda m: m["all-c-0.8"]["acc"] - m["positives"]["acc"], "probe")],
-        primary=("all - positives (acc, each one pass)",
-                 lambda m: m["all"]["acc"] - m["positives"]["acc"], 1.0, "more"),
-        plot="curve", shared={"all": "topr-fig1/topr"}),
-    "topr-fig5": dict(
-        paper="[TOPR] Fig. 5, §4.3",
-        says="accuracy peaks at an effective positive share p~ of 10-20%, whatever the real "
-             "share p, and falls markedly above 50%",
-        setting="50,000 examples with p = 10% or 50% positives; c set so that p~ (Eq. 12) runs "
-                "from 1% to 100%; test accuracy against p~",
-        ours=f"{N_MIX:,} samples drawn from POOL at p = 10% and 50% (one pass, 100 steps), c from "
-             "Eq. 12 for p~ = 1, 5, 10, 20, 50, 100%",
-        arms={**{f"p{p}-pt{round(100 * pt)}": (
-            "topr.py", one_pass("{d%d}" % p, f"{c_for(p / 100, pt):.4f}", "topr"), "paper")
-            for p in (10, 50) for pt in PTILDE},
-              **{f"{name}-p10-pt{pt}": (
-                  "topr.py", one_pass(data, f"{c_for(0.1, pt / 100):.4f}", "topr") + flags,
-                  f"probe: {label}")
-                 for name, data, flags, label in [
-                     ("lr1e-5", "{d10}", ["--lr", "1e-5"], "a fifth of the lr"),
-                     ("n3", "{d10n3}", [], "3-number puzzles only, 10% positives"),
-                     ("lr2e-6x5", "{d10}", ["--lr", "2e-6", "--epochs", "5"],
-                      "lr 2e-6 over 5 passes, lr x steps as at 1e-5")]
-                 for pt in (10, 100)}},
-        contrasts=[*[(f"p = {p}%: p~ 10-20% - p~ {x}%",
-                      lambda m, p=p, x=x: (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
-                      - m[f"p{p}-pt{x}"]["acc"]) for p in (10, 50) for x in (1, 50, 100)],
-                   ("probe: lr 1e-5, p = 10%: p~ 10% - p~ 100%", lambda m:
-                    m["lr1e-5-p10-pt10"]["acc"] - m["lr1e-5-p10-pt100"]["acc"], "probe"),
-                   ("probe: 3-number data, p = 10%: p~ 10% - p~ 100% (3-number acc)", lambda m:
-                    m["n3-p10-pt10"]["acc3"] - m["n3-p10-pt100"]["acc3"], "probe"),
-                   ("probe: lr 2e-6, 5 passes, p = 10%: p~ 10% - p~ 100%", lambda m:
-                    m["lr2e-6x5-p10-pt10"]["acc"] - m["lr2e-6x5-p10-pt100"]["acc"], "probe")],
-        primary=("the peak at p~ 10-20%: their mean - the best of p~ 1, 5, 50, 100%, the lower "
-                 "of p = 10% and 50%", lambda m: min(
-                     (m[f"p{p}-pt10"]["acc"] + m[f"p{p}-pt20"]["acc"]) / 2
-                     - max(m[f"p{p}-pt{x}"]["acc"] for x in (1, 5, 50, 100)) for p in (10, 50)),
-                 1.0, "more"),
-        plot="ptilde"),
-    "topr-fig6": dict(
-        paper="[TOPR] Fig. 6, §4.3",
-        says="at a low share of positives (p = 10%), TOPR above truncated IS across p~ (\"TOPR "
-             "recovers from these cases while TIS cannot\"); no difference at a high share",
-        setting="the p = 10% dataset of Fig. 5, TIS or TOPR, accuracy against p~",
-        ours="topr-fig5's p = 10% arms (TOPR) against --loss tis on the same data and c",
-        arms={**{f"{loss}-pt{round(100 * pt)}": (
-            "topr.py", one_pass("{d10}", f"{c_for(0.1, pt):.4f}", loss),
-            "paper") for loss in ("topr", "tis") for pt in PTILDE}},
-        contrasts=[("TOPR - TIS, mean over p~ 1, 5, 10%",
-                    lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"]
-                                              for x in (1, 5, 10))),
-                   ("TOPR - TIS, mean over all six p~",
-                    lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"]
-                                              for x in (1, 5, 10, 20, 50, 100)))],
-        primary=("TOPR - TIS, mean over p~ 1, 5, 10%", lambda m: statistics.mean(
-            m[f"topr-pt{x}"]["acc"] - m[f"tis-pt{x}"]["acc"] for x in (1, 5, 10)), 1.0, "more"),
-        plot="ptilde",
-        shared={f"topr-pt{round(100 * pt)}": f"topr-fig5/p10-pt{round(100 * pt)}"
-                for pt in PTILDE}),
-    "agro-fig2": dict(
-        paper="[AGRO] Figs. 2-3, §8.1",
-        says="on-policy AGRO is at least as fast as the on-policy baseline at the same beta "
-             "(\"faster progress on the reward given same number of epochs\")",
-        setting="regularised PG, off-policy AGRO on on-policy samples and on-policy AGRO, "
-                "identical hyper-parameters and samples, one beta, 2 seeds; reward and accuracy "
-                "along training (beta, batch and lr are lost from our copy of the paper)",
-        ours="beta 0.05, 32 prompts x 8, 125 steps, lr 6e-5 constant after 10 warm-up steps, "
-             "both sizes, reward 1 / 0.1 / 0 (the task's; the paper's is 1 / 0); the mean over "
-             "the 5 evaluations after the start (area between curves)",
-        arms={"rloo": ("rloo.py", A + ["--beta", "0.05", "--lr-schedule", "constant"],
-                       "paper: KL in the reward"),
-              "agro-l0": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
-                                          "--lambda-lr", "0"], "paper: off-policy AGRO"),
-              "agro-l1": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
-                                          "--lambda-lr", "1"], "paper: g_LR weight 1"),
-              "agro-lb2": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
-                                           "--lambda-lr", "0.025"], "ours: lambda_LR = beta / 2"),
-              "rloo-b0.5": ("rloo.py", A + ["--beta", "0.5", "--lr-schedule", "constant"],
-                            "probe: beta 0.5, above the collapse threshold"),
-              "agro-l1-b0.5": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.5",
-                                               "--lambda-lr", "1"],
-                               "probe: beta 0.5, above the collapse threshold")},
-        contrasts=[("on-policy AGRO (weight 1) - RLOO, mean along training",
-                    lambda m: m["agro-l1"]["area"] - m["rloo"]["area"]),
-                   ("on-policy AGRO (beta/2) - RLOO, mean along training",
-                    lambda m: m["agro-lb2"]["area"] - m["rloo"]["area"]),
-                   ("probe: off-policy AGRO - RLOO (the same estimator, §8.1)",
-                    lambda m: m["agro-l0"]["area"] - m["rloo"]["area"], "probe"),
-                   ("probe: at beta 0.5, on-policy AGRO (weight 1) - RLOO",
-                    lambda m: m["agro-l1-b0.5"]["area"] - m["rloo-b0.5"]["area"], "probe")],
-        primary=("on-policy AGRO (weight 1) - RLOO, mean along training",
-                 lambda m: m["agro-l1"]["area"] - m["rloo"]["area"], 1.0, "more"),
-        plot="curve"),
-    "agro-fig5": dict(
-        paper="[AGRO] Fig. 5, §8.2",
-        says="offline, over epochs on one dataset, AGRO peaks higher than KL-regularised PG "
-             "and is better at equal epochs; unregularised PG (beta = 0) crashes",
-        setting="samples of the reference policy, fixed throughout training; KL-PG with the "
-                "per-token KL at AGRO's beta; accuracy against epochs",
-        ours="512 prompts x 8 of the start model, 16 steps an epoch, 10 epochs, beta 0.3 "
-             "(agro.py's off-policy default; the paper's is lost)",
-        arms={"agro": ("agro.py", O + ["--loss", "agro", "--beta", "0.3"], "paper"),
-              "klpg": ("agro.py", O + ["--loss", "klpg", "--beta", "0.3"], "paper"),
-              "pg0": ("agro.py", O + ["--loss", "klpg", "--beta", "0"], "paper"),
-              "agro-b0.15": ("agro.py", O + ["--loss", "agro", "--beta", "0.15"],
-                             "probe: AGRO at half the beta, about KL-PG's KL")},
-        contrasts=[("AGRO peak - KL-PG peak", lambda m: m["agro"]["peak"] - m["klpg"]["peak"]),
-                   ("AGRO - KL-PG, mean over epochs",
-                    lambda m: m["agro"]["area"] - m["klpg"]["area"]),
-                   ("PG at beta 0 crashes: its peak - its end",
-                    lambda m: m["pg0"]["peak"] - m["pg0"]["acc"]),
-                   ("probe: AGRO at beta 0.15 - KL-PG at 0.3, mean over epochs",
-                    lambda m: m["agro-b0.15"]["area"] - m["klpg"]["area"], "probe")],
-        primary=("AGRO peak - KL-PG peak", lambda m: m["agro"]["peak"] - m["klpg"]["peak"],
-                 1.0, "more"),
-        plot="curve"),
-    "agro-fig6": dict(
-        paper="[AGRO] Fig. 6, §8.3",
-        says="a larger beta learns more slowly at the same number of steps and spends less KL",
-        setting="beta varied for regularised PG and off-policy AGRO on on-policy samples; "
-                "performance against steps and against KL",
-        ours="agro.py on-policy, lambda_LR 0 (both of the paper's arms at once on fresh "
-             "samples), beta 0, 0.02, 0.05, 0.5 (0.2 left out to keep the claim under 45 "
-             "minutes); agro-fig2's setting",
-        arms={f"b{b}": ("agro.py", A + ["--mode", "onpolicy", "--beta", b, "--lambda-lr", "0"],
-                        "paper") for b in ("0", "0.02", "0.05", "0.5")},
-        contrasts=[("slower: beta 0.02 - beta 0.5, mean gain along training",
-                    lambda m: m["b0.02"]["area"] - m["b0.5"]["area"]),
-                   ("less KL: KL at the end, beta 0.02 - beta 0.5",
-                    lambda m: m["b0.02"]["kl"] - m["b0.5"]["kl"])],
-        primary=("more KL-efficient: gain per nat of KL at beta 0.5 over beta 0.02, - 1",
-                 lambda m: kl_efficiency(m["b0.5"]) / kl_efficiency(m["b0.02"]) - 1, 0.25, "more"),
-        plot="kl", shared={"b0.05": "agro-fig2/agro-l0"}),
-    "spo-fig1": dict(
-        paper="[SPO] Fig. 1, §5",
-        says="SPO improves pass@10 and keeps it above PPO's (same beta), whose pass@10 declines; "
-             "PPO is better at pass@1 (8.4 against 6.3 / 6.0); half-online SPO (offline correct "
-             "solutions mixed in) above pure online",
-        setting="beta = 1/ln 1e5, CE loss, online samples at T ~ U(0.1, 0.8), top-p 0.95, "
-                "pi_s updated every 10 steps; PPO with the KL in the reward at the same beta; "
-                "half-online: 50% correct offline solutions from five sources; pass@k from 20 "
-                "samples at T = 0.4, top-p 0.95",
-        ours="125 steps of 256 sequences; PPO stand-in: rloo.py with the KL in the reward at "
-             "SPO's beta, 32 prompts x 8 (ours); offline set: correct samples of three of the "
-             "five sources (the start model, the online SPO run, the stand-in; no Llama-70B or "
-             "human solutions); pass@1 and pass@10 from 20 samples on 200 problems a size "
-             "(the curves: pass@20 at T = 1 on 50 a size, every 25 steps, to save time)",
-        arms={"spo": ("spo.py", S, "paper"),
-              "ppo": ("rloo.py", PPO, "ours: PPO stand-in, RLOO with the KL in R"),
-              "spo-half": ("spo.py", S + ["--online-fraction", "0.5", "--offline-data",
-                                          "{offline}", "--q0-cache", "{q0}"], "paper"),
-              "spo-sq": ("spo.py", ["--loss", "sq"] + S[2:], "probe: the squared loss "
-                         "(the best in [SPO]'s ablation), the rest as spo"),
-              "spo-defaults": ("spo.py", S[S.index("--steps"):], "probe: spo.py's defaults, "
-                               "the squared loss on T = 1 samples of the current policy"),
-              "spo-lr1e-5": ("spo.py", S + ["--lr", "1e-5"], "probe: the paper's setting at "
-                             "a sixth of the lr"),
-              "ppo-lr1e-5": ("rloo.py", PPO + ["--lr", "1e-5"], "probe: the PPO stand-in at "
-                             "a sixth of the lr"),
-              "spo-lr6e-8": ("spo.py", S + ["--lr", "6e-8", "--warmup", "200"],
-                             "the paper's lr, 6e-8 after 200 warm-up steps ([SPO] §5)")},
-        contrasts=[("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"]),
-                   ("pass@10: SPO - PPO", lambda m: m["spo"]["p10"] - m["ppo"]["p10"]),
-                   ("pass@1: PPO - SPO", lambda m: m["ppo"]["p1"] - m["spo"]["p1"]),
-                   ("PPO's pass@10 declines: start - PPO",
-                    lambda m: m["ppo"]["p10_0"] - m["ppo"]["p10"]),
-                   ("pass@10: half-online - online",
-                    lambda m: m["spo-half"]["p10"] - m["spo"]["p10"]),
-                   *[c for arm, label in [("spo-sq", "squared loss"),
-                                          ("spo-defaults", "spo.py's defaults"),
-                                          ("spo-lr1e-5", "lr 1e-5")]
-                     for c in [(f"probe: {label}, pass@10 - start", lambda m, a=arm:
-                                m[a]["p10"] - m[a]["p10_0"], "probe"),
-                               (f"probe: {label} - PPO, pass@10", lambda m, a=arm:
-                                m[a]["p10"] - m["ppo"]["p10"], "probe")]],
-                   ("probe: both at lr 1e-5, SPO - PPO, pass@10",
-                    lambda m: m["spo-lr1e-5"]["p10"] - m["ppo-lr1e-5"]["p10"], "probe"),
-                   ("probe: both at lr 1e-5, PPO - SPO, pass@1",
-                    lambda m: m["ppo-lr1e-5"]["p1"] - m["spo-lr1e-5"]["p1"], "probe"),
-                   ("at the paper's lr 6e-8, pass@10: SPO - start (does the tiny model move?)",
-                    lambda m: m["spo-lr6e-8"]["p10"] - m["spo-lr6e-8"]["p10_0"],
-                    "the paper's lr")],
-        primary=("pass@10: SPO - start", lambda m: m["spo"]["p10"] - m["spo"]["p10_0"], 1.0,
-                 "more"),
-        plot="curve", evaluate="spo"),
-    "cr-table1": dict(
-        paper="[CR] Table 1",
-        says="TOPR with reward A (0.4060) and A then B (0.4849) above SFT (0.3385); RLOO "
-             "(0.2140) and TOPR with the original reward (0.2270) below it",
-        setting="mean reward (1 correct, 0.1 formatted, 0) at T = 0.15, top-p 0.9, top-k 30 on "
-                "200 test problems; TOPR on 1,000 completions of the SFT model at T = 0.15, lr "
-                "1e-4; RLOO k = 16, beta 0, the same lr",
-        ours="topr.py --report-variant (the report's setting); RLOO: 4 prompts x 16, lr 1e-4, "
-             "250 steps (1,000 prompts: [CR] gives no RLOO budget), original reward; 8 samples "
-             "a problem at the report's decoding",
-        arms={v: ("topr.py", ["--report-variant", v], "paper") for v in ("original", "A", "A+B")}
-        | {"rloo": ("rloo.py", ["--beta", "0", "--group-size", "16", "--prompts", "4", "--lr",
-                                "1e-4", "--train-size", "500", "--steps", "250", "--reward",
-                                "original"], "paper")},
-        contrasts=[("A - SFT", lambda m: m["A"]["score"] - m["A"]["score0"]),
-                   ("A then B - SFT", lambda m: m["A+B"]["score"] - m["A+B"]["score0"]),
-                   ("SFT - RLOO", lambda m: m["rloo"]["score0"] - m["rloo"]["score"]),
-                   ("SFT - original", lambda m: m["original"]["score0"]
-                    - m["original"]["score"])],
-        primary=("A then B - SFT", lambda m: m["A+B"]["score"] - m["A+B"]["score0"], 0.01,
-                 "more"),
-        plot=None, digits=3, evaluate="cr"),  # [CR]'s mean reward, in [0, 1]
-    # ---- Registered with the primary-contrast rule (the headline claims missing before) ----
-    "topr-fig3": dict(
-        paper="[TOPR] Fig. 3, §4.3",
-        says="TOPR is the only one of four methods to significantly reduce invalid generations; "
-             "naive REINFORCE's become \"overwhelmingly degenerate\"",
-        setting="the share of correct, incorrect and invalid (\"The answer is\" absent) test "
-                "generations along training; Fig. 1's runs",
-        ours="topr-fig1's runs; invalid = no answer in <answer> tags (100 - format rate), T = 1",
-        arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
-              "naive": ("topr.py", one_pass("{pool}", "0", "naive", "50"), "paper")},
-        contrasts=[("invalid: naive end - TOPR end",
-                    lambda m: m["topr"]["format"] - m["naive"]["format"])],
-        primary=("TOPR reduces invalid answers: start - TOPR end, in %",
-                 lambda m: m["topr"]["format"] - m["topr"]["curve"][0]["format"], 1.0, "more"),
-        plot=None, shared={"topr": "topr-fig1/topr", "naive": "topr-fig1/naive"}),
-    "topr-s43": dict(
-        paper="[TOPR] §4.3 (Fig. 5)",
-        says="at the same effective share p~, positives from sampling beat positives from the "
-             "baseline: \"slightly, but consistently higher\" with p = 50% than with p = 10%",
-        setting="Fig. 5's two datasets, p = 10% and 50%, c set for each p~",
-        ours="topr-fig5's runs",
-        arms={f"p{p}-pt{round(100 * pt)}": (
-            "topr.py", one_pass("{d%d}" % p, f"{c_for(p / 100, pt):.4f}", "topr"), "paper")
-            for p in (10, 50) for pt in PTILDE},
-        contrasts=[(f"p = 50% - p = 10% at p~ {x}%", lambda m, x=x:
-                    m[f"p50-pt{x}"]["acc"] - m[f"p10-pt{x}"]["acc"]) for x in (10, 20, 50)],
-        primary=("p = 50% - p = 10%, mean over the six p~", lambda m: statistics.mean(
-            m[f"p50-pt{x}"]["acc"] - m[f"p10-pt{x}"]["acc"] for x in (1, 5, 10, 20, 50, 100)),
-                 1.0, "more"),
-        plot=None, shared={f"p{p}-pt{round(100 * pt)}": f"topr-fig5/p{p}-pt{round(100 * pt)}"
-                           for p in (10, 50) for pt in PTILDE}),
-    "topr-fig7": dict(
-        paper="[TOPR] Fig. 7, §4.3",
-        says="untruncated importance sampling is as performant as TOPR at clip 1, but TOPR is "
-             "more robust to a higher gradient clip (100)",
-        setting="standard IS (a+ = a- = 0, b+ = b- = inf) against TOPR from the base model, "
-                "clip 1.0 and 100.0",
-        ours="topr-fig1's setting (one pass over POOL), --loss is against topr, clip 1 and 100",
-        arms={"topr": ("topr.py", one_pass("{pool}", "0", "topr", "50"), "paper"),
-              "is": ("topr.py", one_pass("{pool}", "0", "is", "50"), "paper"),
-              "topr-clip100": ("topr.py", one_pass("{pool}", "0", "topr", "50")
-                               + ["--clip", "100"], "paper"),
-              "is-clip100": ("topr.py", one_pass("{pool}", "0", "is", "50") + ["--clip", "100"],
-                             "paper")},
-        contrasts=[("at clip 1, TOPR - IS (the paper: no difference)",
-                    lambda m: m["topr"]["acc"] - m["is"]["acc"])],
-        primary=("at clip 100, TOPR end - IS end",
-                 lambda m: m["topr-clip100"]["acc"] - m["is-clip100"]["acc"], 1.0, "more"),
-        plot="curve", shared={"topr": "topr-fig1/topr"}),
-    "topr-fig8": dict(
-        paper="[TOPR] Fig. 8, §4.3",
-        says="over several iterations, Anna Karenina sampling beats uniform sampling (GSM8K "
-             "pass@1 79.6% against 75.4%)",
-        setting="iterations of N = 50,000 samples from mu_i = pi_{i-1}; Anna Karenina: 64 "
-                "candidates a problem, its first positive kept, negatives fill the batch",
-        ours="topr.py's defaults: 6 iterations of 500 prompts x 8, 1,000 samples kept a round, "
-             "reward +1/-1, c = -0.8; anna-karenina against uniform",
-        arms={"ak": ("topr.py", ["--reward", "pm1", "--sampling", "anna-karenina",
-                                 "--eval-every", "16"], "paper"),
-              "uniform": ("topr.py", ["--reward", "pm1", "--sampling", "uniform",
-                                      "--eval-every", "16"], "paper")},
-        contrasts=[("Anna Karenina improves on the start", lambda m: m["ak"]["acc"]
-                    - m["ak"]["start"])],
-        primary=("Anna Karenina - uniform, acc at the end",
-                 lambda m: m["ak"]["acc"] - m["uniform"]["acc"], 1.0, "more"),
-        plot="curve"),
-    "agro-s81": dict(
-        paper="[AGRO] §8.1 (Fig. 2)",
-        says="on perfectly on-policy samples off-policy AGRO behaves identically to regularised "
-             "PG (\"indeed the case within statistical errors\")",
-        setting="Fig. 2's runs: off-policy AGRO and regularised PG on fresh samples",
-        ours="agro-fig2's runs: agro.py --lambda-lr 0 against rloo.py with the KL in R",
-        arms={"rloo": ("rloo.py", A + ["--beta", "0.05", "--lr-schedule", "constant"],
-                       "paper: KL in the reward"),
-              "agro-l0": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
-                                          "--lambda-lr", "0"], "paper: off-policy AGRO")},
-        contrasts=[],
-        primary=("off-policy AGRO - RLOO, mean along training",
-                 lambda m: m["agro-l0"]["area"] - m["rloo"]["area"], 1.0, "equal"),
-        plot=None, shared={"rloo": "agro-fig2/rloo", "agro-l0": "agro-fig2/agro-l0"}),
-    "agro-fig4": dict(
-        paper="[AGRO] Fig. 4, §8.2",
-        says="off-policy learning is as KL-efficient as on-policy, though on-policy drives the "
-             "KL up more in the same number of steps",
-        setting="AGRO on off-policy (pi_ref's) and on-policy samples; performance against KL",
-        ours="agro-fig2's on-policy AGRO (weight 1) against agro.py --mode offpolicy on 512 "
-             "prompts x 8 of the start model, the same beta 0.05, steps and lr",
-        arms={"on": ("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05", "--lambda-lr", "1"],
-                     "paper"),
-              "off": ("agro.py", A + ["--mode", "offpolicy", "--offline-prompts", "512",
-                                      "--beta", "0.05"], "paper")},
-        contrasts=[("on-policy moves further: KL at the end, on - off",
-                    lambda m: m["on"]["kl"] - m["off"]["kl"])],
-        primary=("KL efficiency (gain per nat), off-policy over on-policy, - 1",
-                 lambda m: kl_efficiency(m["off"]) / kl_efficiency(m["on"]) - 1, 0.25, "equal"),
-        plot="kl", shared={"on": "agro-fig2/agro-l1"}),
-    "spo-both": dict(
-        paper="[SPO] §5, abstract",
-        says="SPO improves both pass@1 and pass@10 over the start model",
-        setting="Fig. 1's SPO run; pass@k from 20 samples at T = 0.4, top-p 0.95",
-        ours="spo-fig1's SPO run and its final evaluation",
-        arms={"spo": ("spo.py", S, "paper")},
-        contrasts=[("pass@1: SPO - start", lambda m: m["spo"]["p1"] - m["spo"]["p1_0"])],
-        primary=("the lower of pass@1 - start and pass@10 - start", lambda m: min(
-            m["spo"]["p1"] - m["spo"]["p1_0"], m["spo"]["p10"] - m["spo"]["p10_0"]), 1.0, "more"),
-        plot=None, shared={"spo": "spo-fig1/spo"}, evaluate="spo"),
-    "cr-s51": dict(
-        paper="[CR] §5.1",
-        says="reward B alone is \"too unstable and ineffective to improve SFT, quickly "
-             "collapsing to 0.1 evaluation reward\"",
-        setting="Table 1's TOPR setting with reward B",
-        ours="topr.py at --report-variant's setting (REPORT_SETTING) with --reward B",
-        arms={"B": ("topr.py", ["--reward", "B", "--iterations", "1"] + [
-            x for k, v in topr.REPORT_SETTING.items() for x in (f"--{k.replace('_', '-')}",
-                                                                str(v))], "paper")},
-        contrasts=[],
-        primary=("SFT - B, mean reward", lambda m: m["B"]["score0"] - m["B"]["score"], 0.01,
-                 "more"),
-        plot=None, digits=3, evaluate="cr"),
-    "cr-table2": dict(
-        paper="[CR] Table 2",
-        says="on the harder test set TOPR with reward A (0.2656) beats RLOO (0.129) and A then B "
-             "(0.1458)",
-        setting="1,000 harder puzzles (larger numbers), Table 1's models and decoding",
-        ours="cr-table1's runs; the harder set: 4-number puzzles (our generator has no "
-             "larger-number split)",
-        arms={v: ("topr.py", ["--report-variant", v], "paper") for v in ("A", "A+B")}
-        | {"rloo": ("rloo.py", ["--beta", "0", "--group-size", "16", "--prompts", "4", "--lr",
-                                "1e-4", "--train-size", "500", "--steps", "250", "--reward",
-                                "original"], "paper")},
-        contrasts=[("A - A then B, 4 numbers", lambda m: m["A"]["score4"] - m["A+B"]["score4"])],
-        primary=("A - RLOO, mean reward on 4 numbers",
-                 lambda m: m["A"]["score4"] - m["rloo"]["score4"], 0.01, "more"),
-        plot=None, digits=3, evaluate="cr",
-        shared={"A": "cr-table1/A", "A+B": "cr-table1/A+B", "rloo": "cr-table1/rloo"}),
-    # Registered as not run here, each with why.
-    "agro-fig1": dict(
-        paper="[AGRO] Fig. 1, §5.1", runs=False,
-        says="off-policy AGRO converges to pi*, KL-regularised PG does not",
-        why="a tabular bandit, exact, not a Countdown run: tests/test_agro.py::"
-            "test_fig1_offpolicy_agro_reaches_pi_star_klpg_does_not"),
-    "spo-speed": dict(
-        paper="[SPO] §3.2, §5", runs=False,
-        says="asynchronous off-policy training is faster in wall clock and lighter in memory "
-             "than synchronous on-policy training",
-        why="needs the paper's asynchronous trainers and generation workers on several GPUs; "
-            "spo.py is one synchronous process"),
-    "cr-s61": dict(
-        paper="[CR] §6.1", runs=False,
-        says="TOPR was significantly easier to train than RLOO: less variance, faster "
-             "convergence, less memory",
-        why="ease of tuning is a judgement, and variance and memory are not per-seed contrasts; "
-            "cr-table1 shows both methods' seeds and minutes"),
-}
-# What differs, the paper's setting -> ours, knob by knob (shown before any figure); a claim
-# run on another's runs reads that claim's rows (DEPARTURES_AS) and adds its own.
-DEPARTURES = {
-    "topr-fig1": [
-        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
-        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
-        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
-        ('steps', 'one epoch; step count not given (§4.2)', 'one pass: 500 steps of 64'),
-        ('data', 'GSM8K train, 7,473 x 16 base-model samples (§4.1)',
-         'POOL: Countdown 3-4 numbers, 4,000 x 8 = 32,000'),
-        ('positive share', '~67% (negatives ~33%, §4.3 Fig. 7 text)', '~19% (POOL, 3 seeds)'),
-        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
-         'T 1, top-p 1, no top-k, 64 tokens'),
-        ('baselines', 'PPO (eps 0.2) and DPO also in Fig. 1 (§4.3)',
-         'not run: naive and TOPR only'),
-        ('metric', 'pass@1, GSM8K test 1,319, 64 samples (§4.1-4.2)',
-         'acc at T 1, 8 samples, 200 problems a size'),
-        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
-    ],
-    "topr-fig4": [
-        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
-        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
-        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
-        ('steps', 'one epoch each; step count not given (§4.2-4.3)',
-         'one pass: all 500 steps, positives ~96'),
-        ('data', "Fig. 1's samples, negatives removed; + MATH (§4.3)",
-         "POOL's correct (~6,100) vs all 32,000"),
-        ('positive share', 'all: ~67% (negatives ~33%, §4.3)', 'all: ~19% (POOL)'),
-        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
-         'T 1, top-p 1, no top-k, 64 tokens'),
-        ('metric', 'GSM8K test pass@1; histogram of correct gens (Fig. 4)',
-         'acc at T 1 (8 a problem); none correct: 1 - pass@8'),
-        ('histogram samples', 'not given', '8 a problem'),
-        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
-    ],
-    "topr-fig5": [
-        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
-        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
-        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
-        ('steps', 'one epoch of 50,000; step count not given (§4.2-4.3)',
-         'one pass: 100 steps of 64'),
-        ('data', '50,000 GSM8K samples at p = 10% / 50% (§4.3)',
-         '6,400 from POOL at p = 10% / 50%'),
-        ('baseline c', 'set for p~ 1% to 100%; points not given (§4.3)',
-         'Eq. 12 for p~ 1, 5, 10, 20, 50, 100%'),
-        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
-         'T 1, top-p 1, no top-k, 64 tokens'),
-        ('metric', 'test acc, GSM8K test 1,319 (Fig. 5, §4.1)',
-         'acc at T 1, 8 samples, 200 problems a size'),
-        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
-    ],
-    "topr-fig6": [
-        ('model', 'Llama 3 8B Instruct (§4.1)', 'tiny: 1M-param char model after sft.py'),
-        ('lr', '5e-7 constant, Adafactor (§4.2)', '5e-5 constant, AdamW'),
-        ('batch', '1 a GPU on one H100 node; total not given (§4.2)', '64 samples a step'),
-        ('steps', 'one epoch; step count not given (§4.2)', 'one pass: 100 steps of 64'),
-        ('data', 'p = 10% sets, GSM8K and MATH (Fig. 6)',
-         "topr-fig5's p = 10% set: 6,400 from POOL"),
-        ('baseline c', 'set for p~ 1% to 100%; points not given (Fig. 6)',
-         'Eq. 12 for p~ 1, 5, 10, 20, 50, 100%'),
-        ('sampler', 'T 1, top-p 1, top-k 500, 512 tokens (§4.2)',
-         'T 1, top-p 1, no top-k, 64 tokens'),
-        ('metric', 'test acc, GSM8K 1,319 and MATH-500 (Fig. 6, §4.1)',
-         'acc at T 1, 8 samples, 200 problems a size'),
-        ('eval sampler', 'not given (§4.2)', 'T 1, top-p 1'),
-    ],
-    "agro-fig2": [
-        ('model', 'Llama 3 8B after SFT on MATH train (§8, App. A)',
-         'tiny: 1M-param char model after sft.py'),
-        ('lr', 'same for all arms; value not given (§8, App. A)',
-         '6e-5 AdamW, constant after 10 warm-up'),
-        ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
-        ('steps', 'epochs on MATH train; count not given (Fig. 2)',
-         '125 steps (4,000 prompts, < 1 epoch)'),
-        ('data', 'MATH train / test; sizes lost from our copy (App. A)',
-         'Countdown 3-4 numbers; 200 held out a size'),
-        ('positive share', 'not given', 'start model ~19% correct at T 1'),
-        ('reward', 'match / no match: values lost from our copy (§8)',
-         "1 / 0.1 / 0 (task's 'original')"),
-        ('beta', 'one beta: value lost from our copy (§8.1)', '0.05, per sequence'),
-        ('on-policy AGRO', 'g_LR at weight 1 (Eqs. 5-6, lost from our copy)',
-         'lambda_LR 1, and beta/2 (ours)'),
-        ('g_LR baseline', 'variance baseline; which one ran not given (§4.2)',
-         'var: unbiased, centred (agro.py default)'),
-        ('sampler', 'train and eval temperature lost from our copy (App. A)',
-         'T 1, no top-p, 64 tokens; eval 8 a problem'),
-        ('metric', 'train reward (Fig. 2); test performance (Fig. 3)',
-         'held-out acc at T 1, mean of 5 evals'),
-        ('seeds', '2 (§8.1)', '3'),
-    ],
-    "agro-fig5": [
-        ('model', 'Llama 3 8B after SFT on MATH train (§8, App. A)',
-         'tiny: 1M-param char model after sft.py'),
-        ('lr', 'value not given (§8, App. A)', '6e-5 AdamW after 10 warm-up (agro.py default)'),
-        ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
-        ('epochs', 'count not given (Fig. 5, §8.2)', '10 epochs of 16 steps (160 steps)'),
-        ('data', 'pi_ref samples on MATH train, fixed; count lost (§8.2)',
-         '512 prompts x 8 of the start model at T 1'),
-        ('positive share', 'not given', "~19% (start model's acc at T 1)"),
-        ('reward', 'match / no match: values lost from our copy (§8)',
-         "1 / 0.1 / 0 (task's 'original')"),
-        ('beta', 'one beta for AGRO and KL-PG: value lost (§8.2)',
-         '0.3 (agro.py off-policy default); PG: 0'),
-        ('sampler', 'train and eval temperature lost from our copy (App. A)',
-         'T 1, no top-p, 64 tokens; eval 8 a problem'),
-        ('metric', 'test performance against epochs (Fig. 5)',
-         'held-out acc at T 1: peak, mean over epochs'),
-        ('seeds', 'not given', '3'),
-    ],
-    "agro-fig6": [
-        ('model', 'Llama 3 8B after SFT on MATH train (§8, App. A)',
-         'tiny: 1M-param char model after sft.py'),
-        ('lr', 'value not given (§8, App. A)', '6e-5 AdamW, constant after 10 warm-up'),
-        ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
-        ('steps', 'not given (Fig. 6)', '125 steps'),
-        ('data', 'MATH train / test; sizes lost from our copy (App. A)',
-         'Countdown 3-4 numbers; 200 held out a size'),
-        ('positive share', 'not given', 'start model ~19% correct at T 1'),
-        ('reward', 'match / no match: values lost from our copy (§8)',
-         "1 / 0.1 / 0 (task's 'original')"),
-        ('beta', 'several, 0 included: values lost from our copy (§8.3)', '0, 0.02, 0.05, 0.5'),
-        ('arms', 'RLOO and off-policy AGRO, each per beta (§8.3)',
-         'agro.py lambda_LR 0: one estimator for both'),
-        ('sampler', 'train and eval temperature lost from our copy (App. A)',
-         'T 1, no top-p, 64 tokens; eval 8 a problem'),
-        ('metric', 'performance against steps and against KL (Fig. 6)',
-         'acc gain per nat of KL at end; mean acc along run'),
-        ('seeds', 'not given', '3'),
-    ],
-    "spo-fig1": [
-        ('model', 'Llama-3.1-8B-Instruct (§5)', 'tiny: 1M-param char model after sft.py'),
-        ('lr', '6e-8 AdamW, constant after 200 warm-up (§5)',
-         '6e-5 AdamW, constant after 10 warm-up (both arms)'),
-        ('steps', '100,000 (§5)', '125'),
-        ('batch', '128 (§5); samples a prompt not given', '256 = 32 prompts x 8 (both arms)'),
-        ('data', 'CodeContests train, deduped vs TACO test (§5)',
-         'Countdown 3-4 numbers, 256 problems a size'),
-        ('positive share', 'not given', 'start pass@1 30.7% at T 0.4'),
-        ('Q0 estimate', '800 samples of pi_0 a prompt (§3.1.3, §5)',
-         '64 a prompt at T 1 (spo.py default)'),
-        ('offline set', 'correct, deduped; 5 sources incl. Llama-70B, human (§5)',
-         'correct, deduped; start model, SPO run, stand-in'),
-        ('offline sampler', 'pi_0 at random temperature, top-p 0.95 (§5)',
-         'T ~ U(0.1, 1.0), top-p 0.95, 8 a problem'),
-        ('PPO', 'PPO: GAE value model, clipped loss, IS (§3.1.4)',
-         'stand-in: rloo.py, KL in the reward (ours)'),
-        ('PPO reward', "r in {0, -1} (§2.1); PPO's scale not stated",
-         "1 / 0.1 / 0 (rloo.py default: 'original')"),
-        ('PPO sampler', 'behaviour policy every batch; T not given (§5)',
-         'T 1, no top-p, current weights each step'),
-        ('metric', 'pass@10, pass@1: CodeContests + TACO tests (§5)',
-         'pass@10, pass@1: 200 Countdown problems a size'),
-        ('curves', 'pass@10 against step (Fig. 1)', 'pass@20 at T 1, 50 a size, every 25 steps'),
-    ],
-    "cr-table1": [
-        ('model', 'Qwen2.5-0.5B after SFT (§1, §3.4)', 'tiny: 1M-param char model after sft.py'),
-        ('SFT data', 'cog_behav_all_strategies, ~half correct (§4.1)',
-         'solver demonstrations (sft.py defaults)'),
-        ('data', 'Countdown: ~1,000 of ~47,000 examples (§4.1)',
-         'seeded Countdown 3-4 numbers, 1,000 prompts'),
-        ('test set', '200 examples (Table 1); numbers a puzzle not given',
-         '200 problems a size, 3 and 4 numbers'),
-        ('TOPR data', '1,000 at T 0.15, top-p 0.85 (§4.1; §3.2: n 2, 0.9)',
-         '1,000 x 1 at T 0.15, top-p 0.85'),
-        ('positive share', 'not given', 'not reported'),
-        ('TOPR epochs', 'not given', '2 (64 steps; A+B: 2 rounds, 128)'),
-        ('TOPR batch', '32 best (§5.3); 64 in the lr sweep (§5.2)', '32'),
-        ('RLOO lr', "not given ('matched hyperparameters', §3.5)", '1e-4'),
-        ('RLOO batch', 'k = 16, batch of 1 on one GPU (§6.1)', '4 prompts x 16'),
-        ('RLOO steps', 'not given; ~1,000 prompts (§4.1)', '250 steps (1,000 prompts)'),
-        ('RLOO reward', "not stated ('matched ... reward signals', §3.5)",
-         'original: 1 / 0.1 / 0'),
-        ('metric', 'Average Score, 200 examples; samples not given',
-         "mean 'original' reward, 8 samples a problem"),
-        ("metric's reward", 'not stated which reward scores Table 1 (§4.3)',
-         "'original' for every row"),
-        ('max tokens', 'not given', '64'),
-    ],
-    "topr-fig7": [("clip", "1.0 and 100.0 (Fig. 7)", "1 and 100")],
-    "topr-fig8": [
-        ("model", "DeepSeek-R1 8B, Llama 3 8B (Fig. 8)", "tiny: 1M-param char model after sft.py"),
-        ("lr", "5e-7 constant, Adafactor (§4.2)", "5e-5 constant, AdamW"),
-        ("data", "GSM8K and MATH, N = 50,000 a round (§4.3)",
-         "Countdown, 500 prompts x 8 a round"),
-        ("candidates", "64 a problem, first positive kept (§4.3)",
-         "8 a prompt, first positive kept"),
-        ("kept a round", "50,000 (§4.3)", "1,000 of 4,000 (--keep)"),
-        ("rounds", "several; count not given (Fig. 8)", "6"),
-        ("reward, c", "+1 / -1, no baseline (§4.2)", "+1 / -1, c = -0.8 (topr.py's default)"),
-        ("metric", "pass@1 and maj@16 (Fig. 8)", "acc at T 1, 8 samples, 200 problems a size"),
-    ],
-    "agro-fig4": [("off-policy data", "pi_ref's samples; count lost from our copy (§8.2)",
-                   "512 prompts x 8 of the start model, beta 0.05")],
-    "cr-s51": [("reward", "B alone (§5.1)", "B alone, Table 1's TOPR setting")],
-    "cr-table2": [("test set", "1,000 harder puzzles, larger numbers (Table 2)",
-                   "4-number puzzles, 200 (our stand-in)")],
-}
-DEPARTURES_AS = {"topr-fig3": "topr-fig1", "topr-s43": "topr-fig5", "topr-fig7": "topr-fig1",
-                 "agro-s81": "agro-fig2", "agro-fig4": "agro-fig2", "spo-both": "spo-fig1",
-                 "cr-s51": "cr-table1", "cr-table2": "cr-table1"}
-
-
-def departures(cid: str) -> list[tuple[str, str, str]]:
-    """The knobs where a claim's miniature differs from the paper (DEPARTURES)."""
-    return DEPARTURES.get(DEPARTURES_AS.get(cid), []) + DEPARTURES.get(cid, [])
-
-
-# --paper-settings: the paper's values of the knobs that a GPU and a real model can take, by claim
-# and script (later flags win). What our copy of a paper lost ([AGRO]'s beta, batch and lr) or the
-# paper never gave ([CR]'s RLOO lr, lengths) stays ours.
-TOPR_PAPER = {"topr.py": ["--lr", "5e-7", "--max-new-tokens", "512"]}  # [TOPR] §4.2
-SPO_PAPER = {"spo.py": ["--lr", "6e-8", "--warmup", "200", "--q0-samples", "800"]}  # [SPO] §5
-PAPER_SETTINGS = {**{cid: TOPR_PAPER for cid in CLAIMS if cid.startswith("topr")},
-                  "pool": TOPR_PAPER, "spo-fig1": SPO_PAPER, "spo-both": SPO_PAPER}
-# The shorter budgets of --quick, by script (later flags win): a smoke run of every claim.
-QUICK = {"topr.py": ["--prompts", "64", "--eval-size", "20", "--eval-k", "4", "--eval-every", "4"],
-         "rloo.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4"],
-         "agro.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4",
-                     "--offline-prompts", "16"],
-         "spo.py": ["--steps", "6", "--eval-every", "3", "--eval-size", "20", "--eval-k", "4",
-                    "--train-size", "16", "--q0-samples", "8", "--batch-size", "32"]}
-
-
 # ---- Running the arms ----------------------------------------------------------------------------
 def run(script: str, flags: list[str], out: str, seed: int, args, cid: str = "") -> str:
     """One script from the start model with this seed, to its end (or the finished run in out)."""
     cmd = command(script, flags, seed, args, cid) + ["--threads", str(args.threads), "--out", out]
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     name = os.path.relpath(out, args.out).replace(os.sep, "-")
-    compare.run_script(name, cmd, out, os.path.join(args.out, "logs"))
+    lab.run_script(name, cmd, out, os.path.join(args.out, "logs"))
     return out
 
 
@@ -804,15 +99,16 @@ def dry_run(ids: list[str], args) -> list[str]:
     {pool} and the like name the files a run composes first (pool_files, spo_offline)."""
     lines = []
     if any(x.startswith(("{pool", "{pos", "{d")) for cid in ids
-           for _, flags, _ in CLAIMS[cid]["arms"].values() for x in flags):
+           for arm in CLAIMS[cid]["arms"].values() for x in arm.flags):
         lines += ["# POOL, first: the start model's samples, one file a seed (pool_files)"]
         lines += [" ".join(["python", *command("topr.py", POOL, s, args, "pool")[1:]])
                   for s in args.seeds]
     for cid in ids:
-        for arm, (script, flags, role) in CLAIMS[cid]["arms"].items():
-            shared = CLAIMS[cid].get("shared", {}).get(arm)
-            lines += [f"# {cid} / {arm} ({role})" + (f": the runs of {shared}" if shared else "")]
-            lines += [" ".join(["python", *command(script, flags, s, args, cid)[1:]])
+        for name, arm in CLAIMS[cid]["arms"].items():
+            shared = CLAIMS[cid].get("shared", {}).get(name)
+            lines += [f"# {cid} / {name} ({label(arm)})"
+                      + (f": the runs of {shared}" if shared else "")]
+            lines += [" ".join(["python", *command(arm.script, arm.flags, s, args, cid)[1:]])
                       for s in args.seeds]
     return lines
 
@@ -821,11 +117,6 @@ def run_dir(cid: str, arm: str, seed: int, args) -> str:
     """An arm's run folder; an arm identical to another claim's shares that claim's runs."""
     return os.path.join(args.out, CLAIMS[cid].get("shared", {}).get(arm, f"{cid}/{arm}")
                         + f"-s{seed}")
-
-
-def side_by_side(fn, jobs: list, n: int) -> list:
-    with ThreadPoolExecutor(n) as pool:
-        return list(pool.map(lambda job: fn(*job), jobs))
 
 
 def pool_files(seed: int, args) -> dict:
@@ -924,8 +215,8 @@ def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) 
         for (_, cache, _), r in zip(missing, pool.map(
                 final_eval, *zip(*[(m, s, k, decoding, size, args.threads)
                                    for m, _, s in missing]))):
-            compare.write_json(cache, r)
-    return [compare.read_json(c) for _, c, _ in todo]
+            lab.write_json(cache, r)
+    return [lab.read_json(c) for _, c, _ in todo]
 
 
 # ---- What each run is worth ----------------------------------------------------------------------
@@ -968,22 +259,22 @@ def run_claim(cid: str, args) -> dict:
     """Every arm of one claim for every seed, then its figures, contrasts and verdict."""
     claim, claim_dir = dict(CLAIMS[cid]), os.path.join(args.out, cid)
     if args.skip_probes:  # the claim's own arms and contrasts alone
-        claim["arms"] = {a: v for a, v in claim["arms"].items() if not v[2].startswith("probe")}
+        claim["arms"] = {a: v for a, v in claim["arms"].items() if v.role != "probe"}
         claim["contrasts"] = [c for c in claim["contrasts"] if len(c) == 2 or c[2] != "probe"]
     os.makedirs(claim_dir, exist_ok=True)
     files = {s: {} for s in args.seeds}
-    if any("{pool}" in " ".join(f) or "{d" in " ".join(f) or "{pos}" in " ".join(f)
-           for _, f, _ in claim["arms"].values()):
+    flags = [" ".join(arm.flags) for arm in claim["arms"].values()]
+    if any("{pool}" in f or "{d" in f or "{pos}" in f for f in flags):
         for s, fl in zip(args.seeds, side_by_side(pool_files, [(s, args) for s in args.seeds],
                                                   args.jobs)):
             files[s].update(fl)
-    later = [a for a, (_, f, _) in claim["arms"].items() if "{offline}" in f]
+    later = [a for a, arm in claim["arms"].items() if "{offline}" in arm.flags]
     jobs = []
     for stage in ([a for a in claim["arms"] if a not in later], later):
         if stage is later and later:  # spo-fig1's half-online arm needs the others' models
             for s in args.seeds:
                 files[s].update(spo_offline(s, claim_dir, args))
-        jobs = [(claim["arms"][a][0], [x.format(**files[s]) for x in claim["arms"][a][1]],
+        jobs = [(claim["arms"][a].script, [x.format(**files[s]) for x in claim["arms"][a].flags],
                  run_dir(cid, a, s, args), s, args, cid)
                 for a in stage for s in args.seeds]
         side_by_side(run, jobs, args.jobs)
@@ -1024,17 +315,17 @@ def run_claim(cid: str, args) -> dict:
     result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
               "runs": sorted(set(runs)), "jobs": args.jobs, "figures": m,
               "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
-              "commands": {a: [sc, *fl] for a, (sc, fl, _) in claim["arms"].items()}}
-    result["primary"], result["commit"] = primary_of(cid, result), compare.commit()
+              "commands": {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}}
+    result["primary"], result["commit"] = primary_of(cid, result), lab.commit()
     result["verdict"] = result["primary"]["verdict"]
     if cid in EARLIER_CLAIMS:  # and under the rule these contrasts were registered with
         result["earlier_verdict"] = claim_verdict(
             [c["verdict"] for c in contrasts if not c["probe"]])
     result["minutes"] = minutes([result])  # the claim alone, its shared runs included
     result["verdict_minutes"] = minutes([verdict_runs(cid, result, args)])
-    compare.write_json(os.path.join(claim_dir, "result.json"), result)
+    lab.write_json(os.path.join(claim_dir, "result.json"), result)
     if not args.quick:  # kept in git: --render-only rebuilds the doc on a clean checkout
-        compare.write_json(os.path.join(ARCHIVE, f"{cid}.json"), result)
+        lab.write_json(os.path.join(ARCHIVE, f"{cid}.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
     return result
 
@@ -1064,15 +355,15 @@ def minutes(results: list[dict]) -> float:
             continue
         for path in set(r["runs"]) - seen:
             seen.add(path)
-            total += compare.read_json(path).get("seconds", 0) if path.endswith(".json") else \
-                compare.read_json(os.path.join(path, "usage.json"))["wall_s"]
+            total += lab.read_json(path).get("seconds", 0) if path.endswith(".json") else \
+                lab.read_json(os.path.join(path, "usage.json"))["wall_s"]
     return total / 60 / max(r["jobs"] for r in results) if results else 0.0
 
 
 def verdict_runs(cid: str, r: dict, args) -> dict:
     """A claim's result with only the runs and evaluations behind its verdict (no probe's)."""
-    probes = {run_dir(cid, a, s, args) for a, (_, _, label) in CLAIMS[cid]["arms"].items()
-              if label.startswith("probe") for s in r["seeds"]}
+    probes = {run_dir(cid, a, s, args) for a, arm in CLAIMS[cid]["arms"].items()
+              if arm.role == "probe" for s in r["seeds"]}
     return dict(r, runs=[x for x in r["runs"]
                          if x not in probes and os.path.dirname(x) not in probes],
                 minutes=r.get("verdict_minutes", r.get("minutes", 0.0)))
@@ -1134,14 +425,6 @@ def ms(values: list[float], digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f}{sd}"
 
 
-HEADLINE = {"spo-fig1": [("pass@10", "p10"), ("pass@1", "p1")],  # else: acc at T = 1, %
-            "cr-table1": [("mean reward (original)", "score")],
-            "agro-fig6": [("acc", "acc"), ("mean along training", "area"), ("KL to start", "kl")],
-            "agro-fig2": [("acc", "acc"), ("mean along training", "area")],
-            "agro-fig5": [("acc", "acc"), ("peak", "peak"), ("mean over epochs", "area")],
-            "topr-fig4": [("acc", "acc"), ("no correct answer of k", "none")]}
-
-
 def arm_table(cid: str, r: dict) -> list[str]:
     cols = HEADLINE.get(cid, [("acc", "acc")]) + [(f"acc {n}", f"acc{n}") for n in SIZES]
     digits = CLAIMS[cid].get("digits", 1)
@@ -1156,8 +439,8 @@ def arm_table(cid: str, r: dict) -> list[str]:
            digits * (k == "score") or 1) for _, k in cols)
         + " | 0 | |")
     for arm, cmd in r["commands"].items():
-        role = CLAIMS[cid]["arms"][arm][2]
-        if role.startswith("probe"):
+        role = label(CLAIMS[cid]["arms"][arm])
+        if CLAIMS[cid]["arms"][arm].role == "probe":
             role += "; post hoc, added in " + next(
                 (c for start, c in PROBES_ADDED.items() if arm.startswith(start)), "?")
         lines.append(f"| {arm} ({role}) | " + " | ".join(
@@ -1181,9 +464,9 @@ def plot(cid: str, r: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     kind, seeds, arms = CLAIMS[cid]["plot"], [str(s) for s in r["seeds"]], r["commands"]
 
-    def style(arm, label=None):  # probes dashed
-        probe = CLAIMS[cid]["arms"].get(arm, ("", "", ""))[2].startswith("probe")
-        return {"linestyle": "--" if probe else "-", "label": (label or arm) + " (probe)" * probe}
+    def style(arm, text=None):  # probes dashed
+        probe = arm in CLAIMS[cid]["arms"] and CLAIMS[cid]["arms"][arm].role == "probe"
+        return {"linestyle": "--" if probe else "-", "label": (text or arm) + " (probe)" * probe}
     fig, axes = plt.subplots(1, 2 if kind == "kl" else 1, squeeze=False,
                              figsize=(11 if kind == "kl" else 6.4, 4))
     axes = list(axes[0])
@@ -1232,14 +515,14 @@ def write_doc(args) -> str:
         for path in (os.path.join(args.out, cid, "result.json"),
                      os.path.join(ARCHIVE, f"{cid}.json")):
             if os.path.exists(path):
-                results[cid] = compare.read_json(path)
+                results[cid] = lab.read_json(path)
                 break
     for cid, r in results.items():  # the rule applied to every result, older ones included
         r["primary"] = primary_of(cid, r)
         if "earlier_verdict" not in r and cid in EARLIER_CLAIMS:  # made under the earlier rule
             r["earlier_verdict"] = r["verdict"]
     earlier_path = os.path.join(ARCHIVE, f"earlier-{EARLIER}.json")
-    earlier = compare.read_json(earlier_path) if os.path.exists(earlier_path) else {"claims": {}}
+    earlier = lab.read_json(earlier_path) if os.path.exists(earlier_path) else {"claims": {}}
     done = [r["primary"]["verdict"] for r in results.values()]
     runnable = [cid for cid, c in CLAIMS.items() if c.get("runs", True)]
     total = minutes(list(results.values()))
@@ -1247,11 +530,11 @@ def write_doc(args) -> str:
     lines = [
         "# The papers' claims in miniature", "",
         "<!-- generated by scripts/claims.py: edit docs/CLAIMS-notes.md or the script -->", "",
-        f"Command: `python scripts/claims.py all --sft {compare.repo_relative(args.sft)}"
+        f"Command: `python scripts/claims.py all --sft {lab.repo_relative(args.sft)}"
         + (f" --seeds {','.join(map(str, args.seeds))}" if args.seeds != [0, 1, 2] else "")
         + "` (each claim alone: its id instead of `all`; `--render-only` rebuilds this file from "
-        "the runs' result.json). Commit " + compare.commit() + f", {compare.machine()}, "
-        f"{time.strftime('%Y-%m-%d')}; start model `{compare.repo_relative(args.sft)}` "
+        "the runs' result.json). Commit " + lab.commit() + f", {lab.machine()}, "
+        f"{time.strftime('%Y-%m-%d')}; start model `{lab.repo_relative(args.sft)}` "
         "(sft.py's defaults, seed 0); the claims below took "
         f"{own:.0f} minutes for their verdicts and {total:.0f} with the probes (each run "
         "counted once), two runs side by side on one "

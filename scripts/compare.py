@@ -27,20 +27,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
-import platform
 import shlex
-import shutil
 import statistics
-import subprocess
 import sys
 import textwrap
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the shared runner and tables; claims.py still reads them as compare.run_script and so on
+from lab import (ROOT, commit, machine, mean_sd, md_table, read_json, repo_relative, run_script,
+                 side_by_side, write_json)
+
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
@@ -111,35 +110,8 @@ def parse_args(argv=None):
 
 
 # -------------------------------------------------------------------------------------------------
-# Running the scripts and evaluating their models
+# Evaluating the scripts' models (lab.run_script runs the scripts)
 # -------------------------------------------------------------------------------------------------
-def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
-    """Run one training script to completion; wall clock and peak resident memory of its process.
-    The runner of every experiment here (compare.py, sweep.py, time_to_accuracy.py)."""
-    me = os.path.basename(sys.argv[0])  # the experiment that runs it, in its messages
-    usage_file = os.path.join(out_dir, "usage.json")
-    if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(usage_file):
-        return read_json(usage_file)  # finished in an earlier invocation
-    shutil.rmtree(out_dir, ignore_errors=True)  # an unfinished run starts again
-    print(f"[{me}] start {name}: {shlex.join(cmd)}", flush=True)
-    t0 = time.time()
-    with open(os.path.join(log_dir, f"{name}.log"), "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        _, status, rusage = os.wait4(proc.pid, 0)  # rusage of this child alone
-    usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024, "cmd": cmd}
-    code = os.waitstatus_to_exitcode(status)
-    if code in (130, -2):  # Ctrl-C reached the run too: its last checkpoint stands
-        print(f"{me}: interrupted; run the same command again to continue (finished runs and "
-              "evaluations are kept)", file=sys.stderr)
-        raise SystemExit(130)
-    if code != 0:
-        raise SystemExit(f"{me}: {name} failed (exit {code}), see {log_dir}/{name}.log")
-    write_json(usage_file, usage)
-    print(f"[{me}] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB",
-          flush=True)
-    return usage
-
-
 def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
     """The one evaluation of every final model: same engine, problems and seeds, both decodings
     (the kv engine on a CPU: HF generate's samples, faster)."""
@@ -170,48 +142,22 @@ def cached_eval(path: str, model_path: str, task_name: str, eval_sets: dict, arg
     return read_json(path)
 
 
-def write_json(path: str, obj) -> None:
-    """Written into a temporary sibling and renamed: an interrupted run never leaves half a file."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(obj, f)
-    os.replace(path + ".tmp", path)
-
-
-def read_json(path: str) -> dict:
-    """A JSON file of the output folder, or one line naming it (exit status 2)."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"compare.py: error: {path} is unreadable ({e}); delete it to redo that "
-                         "step, or choose another --out") from None
-
-
 # -------------------------------------------------------------------------------------------------
 # RESULTS.md, its plot, the README block
 # -------------------------------------------------------------------------------------------------
-def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
-    values = [v * scale for v in values]
-    if any(math.isnan(v) for v in values):  # not measured (the sft row's usage under --sft)
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def table(results: dict, cols: list[tuple[str, str, float]], usage: bool = False) -> str:
     """A markdown table: a row per configuration, mean ± sd over seeds of each (label, key, x)."""
     head = ["configuration"] + [c[0] for c in cols]
     head += ["wall clock (s)", "peak memory (MB)"] * usage
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    rows = []
     for name, runs in results["runs"].items():
         cells = [mean_sd([r["eval"][key] for r in runs], scale, 3 if scale == 1 else 1)
                  for _, key, scale in cols]
         if usage:
             cells += [mean_sd([r["usage"]["wall_s"] for r in runs], digits=0),
                       mean_sd([r["usage"]["peak_rss_mb"] for r in runs], digits=0)]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([name, *cells])
+    return "\n".join(md_table(head, rows)) + "\n"
 
 
 def main_table(results: dict, sizes: list[int]) -> str:
@@ -281,29 +227,6 @@ def plot(results: dict, first: int, task: str, path: str) -> None:
     ax.legend(loc="best", fontsize=8, title="one line per seed")
     ax.set_title(f"{task}: RL from one SFT checkpoint, same wall-clock budget")
     fig.savefig(path, dpi=100)
-
-
-def machine() -> str:
-    import torch
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor() or "unknown CPU")
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{len(os.sched_getaffinity(0))} cores ({cpu}), {gpu}, torch {torch.__version__}"
-
-
-def repo_relative(arg: str) -> str:
-    """A path inside the repository as the command would be typed from its root: no machine
-    paths in generated files."""
-    inside = os.path.isabs(arg) and os.path.commonpath([arg, ROOT]) == ROOT
-    return os.path.relpath(arg, ROOT) if inside else arg
-
-
-def commit() -> str:
-    def git(*a):
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "*.py")
-    return head + (" (with uncommitted changes)" if dirty else "")
 
 
 def report_section(results: dict, first: int) -> str:
@@ -521,8 +444,7 @@ def main(argv=None):
         sft_path = os.path.join(sft_dir, "final")
 
     # 2. the RL runs, --jobs at a time
-    def train(job):
-        name, seed = job
+    def train(name, seed):
         script, flags, timed = ROWS[name]
         run_dir = os.path.join(out, f"{name.replace(' ', '_').replace(':', '')}-s{seed}")
         cmd = [py, script, "--task", args.task, "--model", sft_path, "--out", run_dir,
@@ -530,8 +452,7 @@ def main(argv=None):
                *(["--time-limit", str(args.time_limit)] if timed else []), *flags]
         return run_dir, run_script(os.path.basename(run_dir), cmd, run_dir, log_dir)
     jobs = [(name, s) for s in seeds for name in rows]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        finished = dict(zip(jobs, pool.map(train, jobs)))
+    finished = dict(zip(jobs, side_by_side(train, jobs, args.jobs)))
 
     # 3. one evaluation of every final model, on the same held-out problems, --jobs at a time
     eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in sizes}

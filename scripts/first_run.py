@@ -26,7 +26,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lab import ROOT
+
 LINE = re.compile(r"size (\d+): greedy ([\d.]+) -> ([\d.]+) \(([-+][\d.]+)\), "
                   r"T = 1 ([\d.]+) -> ([\d.]+) \(([-+][\d.]+)\)")
 
@@ -41,7 +42,7 @@ def fresh_copy(rev: str, folder: str) -> str:
 
 def run(folder: str, script: str, seed: int, log: str, extra: list[str]) -> dict:
     """The README's command for `script` in `folder`: wall seconds and, per size, (start, end,
-    gain) greedy and T = 1."""
+    gain) greedy and T = 1. Not lab.run_script: that runs in this checkout, this in a fresh copy."""
     t0 = time.time()
     with open(log, "w") as f:
         proc = subprocess.run([sys.executable, f"{script}.py", "--task", "countdown", "--seed",
@@ -55,6 +56,8 @@ def run(folder: str, script: str, seed: int, log: str, extra: list[str]) -> dict
 
 
 def cpu() -> str:
+    """The CPU and its cores; not lab.machine(), whose other line (GPU, torch) would change
+    docs/FIRST-RUN.md's."""
     with open("/proc/cpuinfo") as f:
         names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
     return f"{names[0] if names else 'unknown CPU'}, {os.cpu_count()} cores"

@@ -4,8 +4,8 @@
     python scripts/sweep.py agro-spo --sft runs/sft-countdown-TIME/final      # ~40 min, 2 cores
 
 Every row is one command of an algorithm script from the same SFT checkpoint, for each of --seeds,
-two runs side by side on one thread each, run by scripts/compare.py's runner (a finished run is
-kept, so an interrupted sweep goes on where it stopped). The table gives each run's held-out
+two runs side by side on one thread each, run by scripts/lab.py's runner (a finished run is kept,
+so an interrupted sweep goes on where it stopped). The table gives each run's held-out
 accuracy at its end (its own last evaluation: 200 problems a size, greedy and 8 samples at T = 1),
 mean ± sd over seeds, beside the SFT model's; the hand-written reading (DOC-notes.md) is appended.
 
@@ -35,12 +35,12 @@ import json
 import os
 import shlex
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from statistics import mean, stdev
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compare  # noqa: E402  (its runner: one command to completion, a finished run kept)
-from compare import ROOT, common  # noqa: E402
+from lab import ROOT, md_table, run_script, side_by_side  # noqa: E402
+sys.path.insert(0, ROOT)
+import common  # noqa: E402
 import topr  # noqa: E402
 
 # ---- The sweeps: name -> (script, flags, what the row tests) ------------------------------------
@@ -135,7 +135,7 @@ def run(name: str, seed: int, args) -> dict:
     limit = ["--time-limit", f"{args.minutes:g}"] if args.minutes else []
     cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads", "1",
            *limit, "--out", out, *flags]
-    compare.run_script(os.path.basename(out), cmd, out, args.out)
+    run_script(os.path.basename(out), cmd, out, args.out)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     evals = [r for r in rows if KEYS[0][0] in r]
@@ -146,8 +146,7 @@ def run(name: str, seed: int, args) -> dict:
 def run_all(names: list[str], seeds: list[int], args) -> dict:
     """name -> its runs' results, seed by seed."""
     jobs = [(name, seed) for name in names for seed in seeds]
-    with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda job: run(*job, args), jobs))
+    done = side_by_side(lambda name, seed: run(name, seed, args), jobs, 2)
     results = {}
     for (name, _), r in zip(jobs, done):
         results.setdefault(name, []).append(r)
@@ -155,6 +154,8 @@ def run_all(names: list[str], seeds: list[int], args) -> dict:
 
 
 def cell(values: list[float]) -> str:
+    """100 x mean ± sd: not lab.mean_sd(values, 100), which means the scaled values (a tie can
+    round the other way)."""
     sd = f" ± {100 * stdev(values):.1f}" if len(values) > 1 else ""
     return f"{100 * mean(values):.1f}{sd}"
 
@@ -169,9 +170,9 @@ def topr_report_lines(results: dict, args) -> tuple[list, dict, list]:
         steps = [r["step"] for r in curves[0]]
         lines = ["", "A then B, greedy accuracy on 3-number puzzles (%) along the run, mean over "
                  "seeds (the A round is the first half):", "",
-                 "| step | " + " | ".join(map(str, steps)) + " |", "|---" * (len(steps) + 1) + "|",
-                 "| 3: greedy | " + " | ".join(f"{100 * mean(c[i][KEYS[0][0]] for c in curves):.1f}"
-                                              for i in range(len(steps))) + " |"]
+                 *md_table(["step", *map(str, steps)],
+                           [["3: greedy", *(f"{100 * mean(c[i][KEYS[0][0]] for c in curves):.1f}"
+                                            for i in range(len(steps)))]])]
     return ["[CR] Table 1"], {"sft": [f"{CR_TABLE1['sft']:.4f}"], **extra}, lines
 
 

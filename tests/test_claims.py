@@ -212,25 +212,32 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
 
 
 def test_every_primary_names_the_commit_that_registered_it_and_that_commit_has_it():
-    """The registration precedes the results: the commit named holds the claim's primary."""
+    """The registration precedes the results: the commit named holds the claim's primary, in
+    scripts/claims.py or, once the registry has its own file, scripts/claims_registry.py."""
     import subprocess
     runnable = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
     assert set(claims.REGISTERED) == set(runnable)
     for commit in set(claims.REGISTERED.values()):
-        shown = subprocess.run(["git", "show", f"{commit}:scripts/claims.py"], cwd=claims.ROOT,
-                               capture_output=True, text=True)
+        def show(path):
+            return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=claims.ROOT,
+                                  capture_output=True, text=True)
+        shown = show("scripts/claims.py")
         if shown.returncode:
             pytest.skip("not a git checkout with its history")
+        registry = show("scripts/claims_registry.py")  # absent before the registry's own file
+        text_then = shown.stdout + (registry.stdout if not registry.returncode else "")
         for cid in [c for c, k in claims.REGISTERED.items() if k == commit]:
             text = claims.CLAIMS[cid]["primary"][0]
-            assert f'primary=("{text[:40]}' in shown.stdout.replace("\n                 ", ""), cid
+            assert f'primary=("{text[:40]}' in text_then.replace("\n                 ", ""), cid
 
 
 def test_every_probe_arm_names_the_commit_that_added_it():
+    import claims_registry
     for cid, claim in claims.CLAIMS.items():
-        for arm, (_, _, role) in claim.get("arms", {}).items():
-            if role.startswith("probe"):
-                assert any(arm.startswith(start) for start in claims.PROBES_ADDED), (cid, arm)
+        for name, arm in claim.get("arms", {}).items():
+            assert arm.role in claims_registry.ROLES, (cid, name)
+            if arm.role == "probe":
+                assert any(name.startswith(start) for start in claims.PROBES_ADDED), (cid, name)
 
 
 def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary_is_post_hoc(
@@ -258,3 +265,13 @@ def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary
     assert ("post hoc (registered after them, in 37c3416): median -7.5, per seed -6.9, -7.5, "
             "-9.7; not reproduced, margin 6.5.") in section
     assert "## topr-fig1" not in doc  # neither run again nor in the earlier archive
+
+
+def test_an_arms_label_is_its_role_and_note_as_the_doc_always_named_it():
+    arms = {cid: claims.CLAIMS[cid]["arms"] for cid in ("topr-fig1", "agro-fig2", "spo-fig1")}
+    assert [claims.label(arms[cid][a]) for cid, a in [
+        ("topr-fig1", "topr"), ("agro-fig2", "rloo"), ("agro-fig2", "agro-lb2"),
+        ("agro-fig2", "rloo-b0.5"), ("topr-fig1", "topr-lr5e-7"), ("spo-fig1", "ppo")]] == [
+        "paper", "paper: KL in the reward", "ours: lambda_LR = beta / 2",
+        "probe: beta 0.5, above the collapse threshold", "the paper's lr, 5e-7 ([TOPR] §4.2)",
+        "ours: PPO stand-in, RLOO with the KL in R"]

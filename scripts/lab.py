@@ -1,0 +1,118 @@
+"""The runner every experiment script uses: one command to completion, a finished run kept; its
+JSON files; mean ± sd cells and Markdown tables; the machine and commit lines of a generated doc.
+Nothing here knows an experiment (compare.py, sweep.py, time_to_accuracy.py, claims.py do).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- Running -------------------------------------------------------------------------------------
+def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
+    """Run one training script to completion; wall clock and peak resident memory of its process.
+    A finished run (final/ and usage.json in out_dir) is kept, so an interrupted experiment goes on
+    where it stopped."""
+    me = os.path.basename(sys.argv[0])  # the experiment that runs it, in its messages
+    usage_file = os.path.join(out_dir, "usage.json")
+    if os.path.isdir(os.path.join(out_dir, "final")) and os.path.exists(usage_file):
+        return read_json(usage_file)  # finished in an earlier invocation
+    shutil.rmtree(out_dir, ignore_errors=True)  # an unfinished run starts again
+    print(f"[{me}] start {name}: {shlex.join(cmd)}", flush=True)
+    t0 = time.time()
+    with open(os.path.join(log_dir, f"{name}.log"), "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        _, status, rusage = os.wait4(proc.pid, 0)  # rusage of this child alone
+    usage = {"wall_s": time.time() - t0, "peak_rss_mb": rusage.ru_maxrss / 1024, "cmd": cmd}
+    code = os.waitstatus_to_exitcode(status)
+    if code in (130, -2):  # Ctrl-C reached the run too: its last checkpoint stands
+        print(f"{me}: interrupted; run the same command again to continue (finished runs and "
+              "evaluations are kept)", file=sys.stderr)
+        raise SystemExit(130)
+    if code != 0:
+        raise SystemExit(f"{me}: {name} failed (exit {code}), see {log_dir}/{name}.log")
+    write_json(usage_file, usage)
+    print(f"[{me}] done  {name}: {usage['wall_s']:.0f} s, {usage['peak_rss_mb']:.0f} MB",
+          flush=True)
+    return usage
+
+
+def side_by_side(fn, jobs: list, n: int) -> list:
+    """fn(*job) for every job, n at a time on threads (each waits on a subprocess), in order."""
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(lambda job: fn(*job), jobs))
+
+
+def write_json(path: str, obj) -> None:
+    """Written into a temporary sibling and renamed: an interrupted run never leaves half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.replace(path + ".tmp", path)
+
+
+def read_json(path: str) -> dict:
+    """A JSON file of the output folder, or one line naming it (exit status 2)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: error: {path} is unreadable ({e}); "
+                         "delete it to redo that step, or choose another --out") from None
+
+
+# ---- Tables --------------------------------------------------------------------------------------
+def mean_sd(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """A cell: mean ± sd of the scaled values over seeds, one value alone, "-" if any is NaN."""
+    values = [v * scale for v in values]
+    if any(math.isnan(v) for v in values):  # not measured (compare.py's sft row under --sft)
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its `|---|` line, the rows."""
+    lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
+    return lines[:1] + ["|---" * len(header) + "|"] + lines[1:]
+
+
+# ---- What made a generated doc -------------------------------------------------------------------
+def machine() -> str:
+    import torch
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), platform.processor() or "unknown CPU")
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{len(os.sched_getaffinity(0))} cores ({cpu}), {gpu}, torch {torch.__version__}"
+
+
+def repo_relative(arg: str) -> str:
+    """A path inside the repository as the command would be typed from its root: no machine
+    paths in generated files."""
+    inside = os.path.isabs(arg) and os.path.commonpath([arg, ROOT]) == ROOT
+    return os.path.relpath(arg, ROOT) if inside else arg
+
+
+def commit() -> str:
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "*.py")
+    return head + (" (with uncommitted changes)" if dirty else "")
+
+
+if __name__ == "__main__":  # a module, not an experiment; like every file here it answers --help
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
