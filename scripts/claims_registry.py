@@ -94,7 +94,7 @@ PROBES_ADDED = {"topr-p67": "ffbf662", "all-p67": "ffbf662", "all-c-0.8": "ffbf6
                 "lr1e-5-": "cbc177e", "n3-": "cbc177e", "lr2e-6x5-": "d67c7f7",
                 "rloo-b0.5": "d6c388b", "agro-l1-b0.5": "d6c388b", "agro-b0.15": "4f65f2d",
                 "spo-sq": "5346122", "spo-defaults": "9671d90", "spo-lr1e-5": "d67c7f7",
-                "ppo-lr1e-5": "64878c3"}
+                "ppo-lr1e-5": "64878c3", "on-lb2": "HEAD"}
 # The claims registered at 1987642, under the rule of their contrasts then (claims.EARLIER_RULE).
 EARLIER = "1987642"  # docs/claims/earlier-1987642.json: the results in docs/CLAIMS.md then
 EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
@@ -483,12 +483,18 @@ CLAIMS = {
         arms={"on": Arm("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05", "--lambda-lr", "1"],
                         "paper"),
               "off": Arm("agro.py", A + ["--mode", "offpolicy", "--offline-prompts", "512",
-                                         "--beta", "0.05"], "paper")},
+                                         "--beta", "0.05"], "paper"),
+              "on-lb2": Arm("agro.py", A + ["--mode", "onpolicy", "--beta", "0.05",
+                                            "--lambda-lr", "0.025"], "probe",
+                            "on-policy at lambda_LR = beta / 2, where it does not collapse")},
         contrasts=[("on-policy moves further: KL at the end, on - off",
-                    lambda m: m["on"]["kl"] - m["off"]["kl"])],
+                    lambda m: m["on"]["kl"] - m["off"]["kl"]),
+                   ("probe: KL efficiency off over on-policy at lambda_LR = beta / 2, - 1",
+                    lambda m: kl_efficiency(m["off"]) / kl_efficiency(m["on-lb2"]) - 1,
+                    "probe")],
         primary=("KL efficiency (gain per nat), off-policy over on-policy, - 1",
                  lambda m: kl_efficiency(m["off"]) / kl_efficiency(m["on"]) - 1, 0.25, "equal"),
-        plot="kl", shared={"on": "agro-fig2/agro-l1"}),
+        plot="kl", shared={"on": "agro-fig2/agro-l1", "on-lb2": "agro-fig2/agro-lb2"}),
     "spo-both": dict(
         paper="[SPO] §5, abstract",
         says="SPO improves both pass@1 and pass@10 over the start model",
@@ -628,7 +634,8 @@ DEPARTURES = {
          "1 / 0.1 / 0 (task's 'original')"),
         ('beta', 'one beta: value lost from our copy (§8.1)', '0.05, per sequence'),
         ('on-policy AGRO', 'g_LR at weight 1 (Eqs. 5-6, lost from our copy)',
-         'lambda_LR 1, and beta/2 (ours)'),
+         'lambda_LR 1, known to collapse at beta 0.05 here (7d35a3b) before this claim was '
+         'registered; and beta/2 (ours)'),
         ('g_LR baseline', 'variance baseline; which one ran not given (§4.2)',
          'var: unbiased, centred (agro.py default)'),
         ('sampler', 'train and eval temperature lost from our copy (App. A)',
