@@ -94,7 +94,7 @@ PROBES_ADDED = {"topr-p67": "ffbf662", "all-p67": "ffbf662", "all-c-0.8": "ffbf6
                 "lr1e-5-": "cbc177e", "n3-": "cbc177e", "lr2e-6x5-": "d67c7f7",
                 "rloo-b0.5": "d6c388b", "agro-l1-b0.5": "d6c388b", "agro-b0.15": "4f65f2d",
                 "spo-sq": "5346122", "spo-defaults": "9671d90", "spo-lr1e-5": "d67c7f7",
-                "ppo-lr1e-5": "64878c3", "on-lb2": "HEAD"}
+                "ppo-lr1e-5": "64878c3", "on-lb2": "9be2204"}
 # The claims registered at 1987642, under the rule of their contrasts then (claims.EARLIER_RULE).
 EARLIER = "1987642"  # docs/claims/earlier-1987642.json: the results in docs/CLAIMS.md then
 EARLIER_CLAIMS = ("topr-fig1", "topr-fig4", "topr-fig5", "topr-fig6", "agro-fig2", "agro-fig5",
