@@ -36,7 +36,7 @@ import textwrap
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-# the shared runner and tables; claims.py still reads them as compare.run_script and so on
+# the shared runner and tables, kept importable from here too
 from lab import (ROOT, commit, machine, mean_sd, md_table, read_json, repo_relative, run_script,
                  side_by_side, write_json)
 
