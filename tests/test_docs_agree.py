@@ -1,0 +1,104 @@
+"""The generated docs agree where they give the same figure of the same runs: README's results block
+and docs/RESULTS.md, README's first run and docs/FIRST-RUN.md, the start model in docs/RESULTS.md,
+docs/FIRST-RUN.md and the earlier claims (one machine, one sft.py run), and every claim run from one
+start model (docs/claims/*.json). A figure is compared at the precision both docs print it."""
+import glob
+import json
+import os
+import re
+import statistics
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README_ROWS = {"sft.py (the start)": "sft", "rloo.py": "rloo", "topr.py": "topr",
+               "agro.py": "agro (on-policy)", "spo.py": "spo"}  # compare.py's README_ROWS
+
+
+def read(path: str) -> str:
+    with open(os.path.join(ROOT, path)) as f:
+        return f.read()
+
+
+def table(text: str, first: str) -> dict:
+    """{row name: {column: cell}} of the Markdown table whose header starts with `first`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first} |"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(header, cells))
+    return rows
+
+
+def mean(cell: str) -> float:
+    return float(cell.split(" ± ")[0])
+
+
+def first_run_starts(text: str) -> dict:
+    """FIRST-RUN.md's start figures by seed: {seed: (greedy 3, T=1 3, greedy 4, T=1 4)}."""
+    starts = {}
+    pattern = (r"seed (\d+) \(its start model\) \| \d+ \| 3: ([\d.]+) -> [^,]+, ([\d.]+) -> [^;]+; "
+               r"4: ([\d.]+) -> [^,]+, ([\d.]+) ->")
+    for seed, *figures in re.findall(pattern, text):
+        starts.setdefault(int(seed), set()).add(tuple(map(float, figures)))
+    return starts
+
+
+def test_readmes_results_block_is_docs_results_table():
+    readme, results = table(read("README.md"), "script"), table(read("docs/RESULTS.md"),
+                                                                "configuration")
+    assert set(readme) == set(README_ROWS)
+    for name, row in readme.items():
+        for n in (3, 4):
+            assert row[f"{n} numbers: T = 1"] == results[README_ROWS[name]][f"{n}: T=1 acc"], name
+            assert row[f"{n} numbers: greedy"] == results[README_ROWS[name]][f"{n}: greedy acc"]
+
+
+def test_one_start_model_in_first_run_results_and_the_readme():
+    """Every script's seed-0 run in FIRST-RUN.md starts from the same figures, which are README's
+    first run's, and its greedy ones are RESULTS.md's sft row (greedy: one answer, no draw)."""
+    starts = first_run_starts(read("docs/FIRST-RUN.md"))
+    assert starts and all(len(figures) == 1 for figures in starts.values()), starts
+    (g3, t3, g4, t4), = starts[0]
+    readme = re.findall(r"size (\d): greedy ([\d.]+) -> [\d.]+ \([-+][\d.]+\), T = 1 ([\d.]+) ->",
+                        read("README.md"))
+    assert {int(n): (float(g), float(t)) for n, g, t in readme} == {3: (g3, t3), 4: (g4, t4)}
+    sft = table(read("docs/RESULTS.md"), "configuration")["sft"]
+    assert (mean(sft["3: greedy acc"]), mean(sft["4: greedy acc"])) == (g3, g4)
+
+
+def test_the_earlier_claims_start_model_is_first_runs():
+    """The earlier claims (docs/claims/earlier-*.json) ran from the start model of FIRST-RUN.md
+    (the same machine and sft.py run): their mean over seeds 0-2 at T = 1 is FIRST-RUN's, within
+    the rounding of both docs (0.05 a figure)."""
+    starts = first_run_starts(read("docs/FIRST-RUN.md"))
+    for path in glob.glob(os.path.join(ROOT, "docs", "claims", "earlier-*.json")):
+        claims = json.load(open(path))["claims"]
+        row = dict(zip(claims["topr-fig1"]["arm_header"], claims["topr-fig1"]["arms"][0]))
+        for n, i in ((3, 1), (4, 3)):
+            first_run = statistics.mean(next(iter(starts[s]))[i] for s in (0, 1, 2))
+            assert abs(mean(row[f"acc {n}"]) - first_run) <= 0.1, (n, row, first_run)
+
+
+def test_every_claim_run_from_one_start_model_starts_from_the_same_figures():
+    """Arms with the runs' own evaluation (no --eval-size / --eval-k of their own): seed by seed,
+    one start figure on each size in every archived claim."""
+    seen = {}
+    paths = [p for p in glob.glob(os.path.join(ROOT, "docs", "claims", "*.json"))
+             if not os.path.basename(p).startswith("earlier-")]
+    if not paths:
+        pytest.skip("no claim archived yet")
+    for path in paths:
+        r = json.load(open(path))
+        for arm, command in r["commands"].items():
+            if "--eval-size" in command or "--eval-k" in command:
+                continue
+            for seed, figures in r["figures"].items():
+                start = (round(figures[arm]["start3"], 6), round(figures[arm]["start4"], 6))
+                seen.setdefault(seed, {}).setdefault(start, []).append(f"{r['claim']}/{arm}")
+    for seed, starts in seen.items():
+        assert len(starts) == 1, (seed, starts)
