@@ -196,7 +196,8 @@ def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads
     for n in SIZES:
         problems = task.get_problems("test", size, size=n, seed=seed)
         prompts = common.encode_prompts(task, problems, tok, common.prompt_style(m, tok))
-        groups = engine.generate(prompts, common.SamplingConfig(k, 64, seed=seed, **decoding))
+        groups = engine.generate(prompts, common.SamplingConfig(k, lab.eval_tokens(m), seed=seed,
+                                                                **decoding))
         out["correct"] += [sum(task.is_correct(p, s.text) for s in g)
                            for p, g in zip(problems, groups)]
         scores = scoring.score(task, problems, groups, "sampled", all_rewards=True)

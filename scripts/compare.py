@@ -37,8 +37,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 # the shared runner and tables, kept importable from here too
-from lab import (ROOT, commit, machine, mean_sd, md_table, read_json, repo_relative, run_script,
-                 side_by_side, write_json)
+from lab import (ROOT, commit, eval_tokens, machine, mean_sd, md_table, read_json, repo_relative,
+                 run_script, side_by_side, write_json)
 
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
@@ -120,9 +120,11 @@ def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
     style = common.prompt_style(model, tokenizer)
     engine = common.make_engine("auto", model, tokenizer, path, seed=seed)
     metrics = {}
-    ours = {"greedy": common.SamplingConfig(1, 64, 0.0),
-            "sampled": common.SamplingConfig(args.eval_k, 64, seed=seed)}
-    report = {"sampled": common.SamplingConfig(args.eval_k, 64, seed=seed, **REPORT_DECODING)}
+    tokens = eval_tokens(model)
+    ours = {"greedy": common.SamplingConfig(1, tokens, 0.0),
+            "sampled": common.SamplingConfig(args.eval_k, tokens, seed=seed)}
+    report = {"sampled": common.SamplingConfig(args.eval_k, tokens, seed=seed,
+                                               **REPORT_DECODING)}
     for n, problems in eval_sets.items():
         prompts = common.encode_prompts(task, problems, tokenizer, style)
         metrics.update(scoring.evaluate(engine, task, problems, prompts, ours,

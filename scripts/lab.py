@@ -49,6 +49,15 @@ def run_script(name: str, cmd: list[str], out_dir: str, log_dir: str) -> dict:
     return usage
 
 
+def eval_tokens(model) -> int:
+    """New tokens a completion gets in an experiment's own evaluation: the scripts' default
+    --max-new-tokens for this model (64 for tiny, 512 for a pretrained one: its answers are
+    longer)."""
+    sys.path.insert(0, ROOT)
+    import common  # the model side; imported here so that lab stays light for the renderers
+    return 64 if common.is_tiny(model) else 512
+
+
 def side_by_side(fn, jobs: list, n: int) -> list:
     """fn(*job) for every job, n at a time on threads (each waits on a subprocess), in order."""
     with ThreadPoolExecutor(n) as pool:

@@ -33,8 +33,8 @@ from concurrent.futures import ProcessPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
-from lab import (commit, machine, mean_sd, md_table, read_json, repo_relative,  # noqa: E402
-                 run_script, side_by_side, write_json)
+from lab import (commit, eval_tokens, machine, mean_sd, md_table, read_json,  # noqa: E402
+                 repo_relative, run_script, side_by_side, write_json)
 from tasks import scoring  # noqa: E402
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
@@ -96,7 +96,8 @@ def evaluate_snapshot(path: str, model_path: str, task_name: str, eval_sets: dic
         engine = common.make_engine("auto", model, tokenizer, model_path, seed=seed)
         style = common.prompt_style(model, tokenizer)
         metrics = {}
-        sampled = {"sampled": common.SamplingConfig(args.eval_k, 64, seed=seed)}
+        sampled = {"sampled": common.SamplingConfig(args.eval_k, eval_tokens(model),
+                                                    seed=seed)}
         for n, problems in eval_sets.items():
             prompts = common.encode_prompts(task, problems, tokenizer, style)
             metrics.update(scoring.evaluate(engine, task, problems, prompts, sampled,

@@ -229,3 +229,12 @@ def test_first_run_reads_the_gains_from_the_closing_lines_the_scripts_print(tmp_
     lines = topr.closing_lines(argparse.Namespace(out=str(tmp_path), task="countdown"), False)
     found = [m.groups() for m in first_run.LINE.finditer("\n".join(lines))]
     assert found == [("3", "50.0", "62.5", "+12.5", "25.0", "12.5", "-12.5")]
+
+
+def test_an_evaluation_gives_a_pretrained_model_the_scripts_512_new_tokens_and_tiny_64():
+    """compare.py, time_to_accuracy.py and claims.py evaluate with lab.eval_tokens: a real chat
+    model's answers do not fit the tiny model's 64 tokens."""
+    import lab
+    from types import SimpleNamespace
+    assert lab.eval_tokens(SimpleNamespace(config=SimpleNamespace(prompt_style="compact"))) == 64
+    assert lab.eval_tokens(SimpleNamespace(config=SimpleNamespace())) == 512
