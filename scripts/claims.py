@@ -571,9 +571,9 @@ def write_doc(args) -> str:
         cell = (f"{claim['primary'][0]}{registered}: "
                 + (f"{median(p['d'], digits)} ({', '.join(f'{x:.{digits}f}' for x in p['d'])})"
                    f", margin {p['margin']:.{digits}f}" if p else "not run yet"))
-        then = [f"{r['earlier_verdict']}"] if r and "earlier_verdict" in r else []
+        then = [f"{r['earlier_verdict']} (these runs)"] if r and "earlier_verdict" in r else []
         if cid in earlier["claims"]:
-            then.append(f"{earlier['claims'][cid]['verdict']} on the earlier runs")
+            then.append(f"{earlier['claims'][cid]['verdict']} (the earlier runs)")
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
                      f"**{p['verdict'] if p else 'not run yet'}** | {'; '.join(then)} |")
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:

@@ -206,7 +206,7 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
     text = claims.write_doc(args)
     row = next(line for line in text.splitlines() if line.startswith("| [[TOPR] Fig. 1"))
     assert "-1.8 (0.9, -1.8, -2.2), margin 0.8" in row
-    assert "**not reproduced**" in row and row.endswith("| partly |")
+    assert "**not reproduced**" in row and row.endswith("| partly (these runs) |")
     assert "lr: 5e-7 constant, Adafactor (§4.2) -> 5e-5 constant, AdamW" in row
     assert "not run here: a tabular bandit" in text  # agro-fig1
 
@@ -258,7 +258,7 @@ def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary
                               readme="", sft=str(tmp_path), seeds=[0, 1, 2])
     doc = claims.write_doc(args)
     row = next(line for line in doc.splitlines() if line.startswith("| [[TOPR] Fig. 4"))
-    assert row.endswith("| **not run yet** | not reproduced on the earlier runs |")
+    assert row.endswith("| **not run yet** | not reproduced (the earlier runs) |")
     section = doc[doc.index("## topr-fig4"):]
     assert "Not yet run under the primary-contrast rule." in section
     assert f"| {text} | -8.0 ± 1.5 | -6.9, -7.5, -9.7 | not reproduced |" in section
