@@ -402,6 +402,8 @@ def verdict_of(d: list[float], quick: bool = False) -> str:
     """The rule of 1987642 (EARLIER_RULE) for one contrast, d seed by seed."""
     if quick or len(d) < 2:
         return "smoke" if quick else "one seed"
+    if not all(map(math.isfinite, d)):  # e.g. a gain per nat where nothing was gained
+        return "undefined (d is not a number in some seed)"
     m, sd = statistics.mean(d), statistics.stdev(d)
     return "reproduced" if m > sd else "not reproduced" if m < -sd else "inconclusive"
 

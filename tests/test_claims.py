@@ -275,3 +275,8 @@ def test_an_arms_label_is_its_role_and_note_as_the_doc_always_named_it():
         "paper", "paper: KL in the reward", "ours: lambda_LR = beta / 2",
         "probe: beta 0.5, above the collapse threshold", "the paper's lr, 5e-7 ([TOPR] §4.2)",
         "ours: PPO stand-in, RLOO with the KL in R"]
+
+
+def test_a_secondary_contrast_with_a_seed_that_is_not_a_number_is_undefined_not_a_crash():
+    assert claims.verdict_of([float("nan"), 0.5, 0.7]).startswith("undefined")
+    assert claims.verdict_of([0.4, 0.5, 0.7]) == "reproduced"
