@@ -650,13 +650,12 @@ def earlier_section(cid: str, earlier: dict) -> list[str]:
     e, commit = earlier["claims"][cid], earlier["results"]
     lines = [f"**The earlier runs** (docs/CLAIMS.md as of {earlier['registered']}, rendered at "
              f"{commit} from runs on 2 cores, AMD EPYC, 2026-11-27, with its own start model; "
-             f"figures as that doc gave them). {e['setting']}", "",
-             "| " + " | ".join(e["arm_header"]) + " |", "|---" * len(e["arm_header"]) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in e["arms"]]
-    lines += ["", "| contrast (paper's direction positive) | mean ± sd | per seed | verdict |",
-              "|---|---|---|---|"]
-    lines += [f"| {c['text']} | {c['mean_sd']} | {', '.join(map(str, c['d']))} | "
-              f"{c['verdict']} |" for c in e["contrasts"]]
+             f"figures as that doc gave them). {e['setting']}", ""]
+    lines += lab.md_table(e["arm_header"], e["arms"]) + [""]
+    lines += lab.md_table(["contrast (paper's direction positive)", "mean ± sd", "per seed",
+                           "verdict"],
+                          [[c["text"], c["mean_sd"], ", ".join(map(str, c["d"])), c["verdict"]]
+                           for c in e["contrasts"]])
     lines += ["", f"Claim on the earlier runs, the rule of {earlier['registered']}: "
               f"**{e['verdict']}**."]
     (text, _, delta, kind), digits = CLAIMS[cid]["primary"], CLAIMS[cid].get("digits", 1)

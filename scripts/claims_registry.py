@@ -570,6 +570,7 @@ AGRO_COMMON = [
     ('batch', 'B prompts x n samples: lost from our copy (App. A)', '32 prompts x 8'),
     ('reward', 'match / no match: values lost from our copy (§8)',
      "1 / 0.1 / 0 (task's 'original')"),
+    ('positive share', 'not given', "the start model's acc at T 1, ~18-19%"),
     ('sampler', 'train and eval temperature lost from our copy (App. A)',
      'T 1, no top-p, 64 tokens; eval 8 a problem'),
 ]
@@ -621,7 +622,6 @@ DEPARTURES = {
          '125 steps (4,000 prompts, < 1 epoch)'),
         ('data', 'MATH train / test; sizes lost from our copy (App. A)',
          'Countdown 3-4 numbers; 200 held out a size'),
-        ('positive share', 'not given', "the start model's acc at T 1, ~18-19%"),
         ('beta', 'one beta: value lost from our copy (§8.1)', '0.05, per sequence'),
         ('on-policy AGRO', 'g_LR at weight 1 (Eqs. 5-6, lost from our copy)',
          'lambda_LR 1, known to collapse at beta 0.05 here (7d35a3b) before this claim was '
@@ -637,7 +637,6 @@ DEPARTURES = {
         ('epochs', 'count not given (Fig. 5, §8.2)', '10 epochs of 16 steps (160 steps)'),
         ('data', 'pi_ref samples on MATH train, fixed; count lost (§8.2)',
          '512 prompts x 8 of the start model at T 1'),
-        ('positive share', 'not given', "the start model's acc at T 1, ~18-19%"),
         ('beta', 'one beta for AGRO and KL-PG: value lost (§8.2)',
          '0.3 (agro.py off-policy default); PG: 0'),
         ('metric', 'test performance against epochs (Fig. 5)',
@@ -649,7 +648,6 @@ DEPARTURES = {
         ('steps', 'not given (Fig. 6)', '125 steps'),
         ('data', 'MATH train / test; sizes lost from our copy (App. A)',
          'Countdown 3-4 numbers; 200 held out a size'),
-        ('positive share', 'not given', "the start model's acc at T 1, ~18-19%"),
         ('beta', 'several, 0 included: values lost from our copy (§8.3)', '0, 0.02, 0.05, 0.5'),
         ('arms', 'RLOO and off-policy AGRO, each per beta (§8.3)',
          'agro.py lambda_LR 0: one estimator for both'),

@@ -7,12 +7,15 @@ import json
 import os
 import re
 import statistics
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README_ROWS = {"sft.py (the start)": "sft", "rloo.py": "rloo", "topr.py": "topr",
-               "agro.py": "agro (on-policy)", "spo.py": "spo"}  # compare.py's README_ROWS
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import compare  # noqa: E402  (README_ROWS: which RESULTS.md row each README row copies)
+
+README_ROWS = {readme: row for row, readme in compare.README_ROWS.items()}
 
 
 def read(path: str) -> str:
