@@ -5,7 +5,8 @@
 
 Columns: whole file; main(); the longest function; the settings (parse_args); the run section (from
 its "# ---- Run section" header to `if __name__`); the rest (the paper's docstring, losses, data,
-step, evaluation, main() and the `if __name__` lines). The last line: what a student copies for topr (topr.py, common.py, tasks/).
+step, evaluation, main() and the `if __name__` lines). The last line: what a student copies for
+topr (topr.py, common.py, tasks/).
 """
 import argparse
 import ast

@@ -170,8 +170,8 @@ def main():
         return 0
     del model, engine
     common_flags = ["--task", "countdown", "--sizes", preset["sizes"], "--eval-sizes",
-                    ",".join(map(str, START_SIZES)), "--eval-size", str(preset["eval_size"]), "--eval-k", "4",
-                    "--max-new-tokens", str(preset["max_new_tokens"])]
+                    ",".join(map(str, START_SIZES)), "--eval-size", str(preset["eval_size"]),
+                    "--eval-k", "4", "--max-new-tokens", str(preset["max_new_tokens"])]
     sft_out, minutes, peak = run_script("sft", common_flags + preset["sft"] + [
         "--model", args.model, "--out", os.path.join(args.out, "sft")])
     say("sft", f"{minutes:.1f} min{gib(peak)}; greedy {gains(sft_out)}")

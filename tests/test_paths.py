@@ -76,3 +76,10 @@ def test_every_function_a_doc_names_in_a_file_is_defined_there():
                 missing.setdefault(f"{module}:{symbol}", []).append(name)
     assert found > 20  # the pattern finds what it is for
     assert not missing, f"named but not defined: {missing}"
+
+
+def test_every_python_line_is_within_100_columns():
+    """The project's one layout rule that a reader sees first (nanoGPT's, CleanRL's width)."""
+    long = [f"{name}:{i}" for name, text in tracked_texts().items() if name.endswith(".py")
+            for i, line in enumerate(text.splitlines(), 1) if len(line) > 100]
+    assert not long, long
