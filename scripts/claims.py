@@ -261,7 +261,7 @@ def run_claim(cid: str, args) -> dict:
     claim, claim_dir = dict(CLAIMS[cid]), os.path.join(args.out, cid)
     if args.skip_probes:  # the claim's own arms and contrasts alone
         claim["arms"] = {a: v for a, v in claim["arms"].items() if v.role != "probe"}
-        claim["contrasts"] = [c for c in claim["contrasts"] if len(c) == 2 or c[2] != "probe"]
+        claim["contrasts"] = [c for c in claim["contrasts"] if c[2:] != ("probe",)]
     os.makedirs(claim_dir, exist_ok=True)
     files = {s: {} for s in args.seeds}
     flags = [" ".join(arm.flags) for arm in claim["arms"].values()]
@@ -311,8 +311,7 @@ def run_claim(cid: str, args) -> dict:
     contrasts = []
     for text, fn, *role in claim["contrasts"]:  # with a role: shown, not in the earlier verdict
         d = [fn(m[s]) for s in args.seeds]
-        contrasts.append({"text": text, "d": d, "verdict": verdict_of(d, args.quick),
-                          "probe": bool(role), "role": role[0] if role else ""})
+        contrasts.append(secondary(text, d, role[0] if role else "", args.quick))
     result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
               "runs": sorted(set(runs)), "jobs": args.jobs, "figures": m,
               "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
@@ -329,6 +328,16 @@ def run_claim(cid: str, args) -> dict:
         lab.write_json(os.path.join(ARCHIVE, f"{cid}.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
     return result
+
+
+def secondary(text: str, d: list[float], role, quick: bool = False) -> dict:
+    """A secondary contrast's result: the rule of 1987642, or, where the paper claims no
+    difference (role: delta), the primary rule's "equal" (the earlier rule has no such outcome)."""
+    if isinstance(role, float):
+        return {"text": text, "d": d, "verdict": primary_verdict(d, role, "equal")[0],
+                "probe": False, "role": "", "delta": role}
+    return {"text": text, "d": d, "verdict": verdict_of(d, quick), "probe": bool(role),
+            "role": role}
 
 
 def primary_of(cid: str, r: dict) -> dict:
@@ -607,7 +616,9 @@ def write_doc(args) -> str:
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
                   + (f"({c['verdict']}: {c.get('role', 'probe')}, not in the verdict) |"
-                     if c.get("probe") else f"{c['verdict']} |") for c in r["contrasts"]]
+                     if c.get("probe") else f"{c['verdict']} (no difference claimed: the primary "
+                     f"rule, delta {c['delta']:g}) |" if "delta" in c else f"{c['verdict']} |")
+                  for c in r["contrasts"]]
         lines += ["", f"Claim: **{p['verdict']}**"
                   + (f" (the rule of 1987642: {r['earlier_verdict']})" if "earlier_verdict" in r
                      else "") + "."]

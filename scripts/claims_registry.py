@@ -5,7 +5,8 @@ A claim is one headline result of a paper: its words (says), the paper's setting
 arm is one command, Arm(script, flags, role, note), run from the start model once a seed; its
 role (ROLES) says whether it is the paper's, our stand-in, a probe or the paper's setting. A
 contrast is (text, fn[, role]): fn maps one seed's figures m[arm][key] to d, signed so that the
-paper's direction is positive. The primary is the one contrast that gives the verdict: (text, fn,
+paper's direction is positive; a number for role (delta) marks the paper's claim of no difference
+there, judged as a primary of kind "equal" is. The primary is the one contrast that gives the verdict: (text, fn,
 delta, kind), delta the smallest d that counts, kind "more" (a difference) or "equal" (none),
 registered at a commit (REGISTERED) before its runs. A departure is a knob where our miniature
 differs from the paper's setting (DEPARTURES): the paper's value -> ours. A probe (an arm or a
@@ -438,7 +439,7 @@ CLAIMS = {
               "is-clip100": Arm("topr.py", one_pass("{pool}", "0", "is", "50") + ["--clip", "100"],
                                 "paper")},
         contrasts=[("at clip 1, TOPR - IS (the paper: no difference)",
-                    lambda m: m["topr"]["acc"] - m["is"]["acc"])],
+                    lambda m: m["topr"]["acc"] - m["is"]["acc"], 1.0)],
         primary=("at clip 100, TOPR end - IS end",
                  lambda m: m["topr-clip100"]["acc"] - m["is-clip100"]["acc"], 1.0, "more"),
         plot="curve", shared={"topr": "topr-fig1/topr"}),

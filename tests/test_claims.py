@@ -280,3 +280,16 @@ def test_an_arms_label_is_its_role_and_note_as_the_doc_always_named_it():
 def test_a_secondary_contrast_with_a_seed_that_is_not_a_number_is_undefined_not_a_crash():
     assert claims.verdict_of([float("nan"), 0.5, 0.7]).startswith("undefined")
     assert claims.verdict_of([0.4, 0.5, 0.7]) == "reproduced"
+
+
+def test_a_secondary_claim_of_no_difference_is_judged_as_one_not_by_its_direction():
+    """topr-fig7 at clip 1: the paper finds IS as good as TOPR. TOPR 16 points ahead in every seed
+    is a difference the paper did not claim, where the earlier rule's direction reads it as
+    reproduced; level seeds are equivalent."""
+    ahead = claims.secondary("TOPR - IS", [16.9, 16.5, 15.8], 1.0)
+    assert ahead["verdict"] == "not reproduced" and not ahead["probe"], ahead
+    assert claims.verdict_of([16.9, 16.5, 15.8]) == "reproduced"  # the direction alone
+    assert claims.secondary("TOPR - IS", [0.3, -0.2, 0.4], 1.0)["verdict"] == "equivalent"
+    assert claims.secondary("x", [0.4, 0.5, 0.7], "probe")["probe"]
+    registry = claims.CLAIMS["topr-fig7"]["contrasts"]
+    assert [c[2:] for c in registry] == [(1.0,)], registry
