@@ -72,7 +72,8 @@ EARLIER_RULE = (
     "seeds exceeds one sample sd, **not reproduced** if it is below minus one sd, "
     "**inconclusive** otherwise; a claim was reproduced when every contrast was, not reproduced "
     "when none was and one was opposite, inconclusive when all were within the noise, **partly** "
-    "otherwise.")
+    "otherwise. That rule has no outcome for no difference: a secondary contrast where the paper "
+    "claims none is judged as a primary of no difference is.")
 
 
 # ---- Running the arms ----------------------------------------------------------------------------
