@@ -8,9 +8,9 @@ contrast is (text, fn[, role]): fn maps one seed's figures m[arm][key] to d, sig
 paper's direction is positive; a number for role (delta) marks the paper's claim of no difference
 there, judged as a primary of kind "equal" is. The primary is the one contrast that gives the
 verdict: (text, fn, delta, kind), delta the smallest d that counts, kind "more" (a difference) or
-"equal" (none), registered at a commit (REGISTERED) before its runs. A departure is a knob where our miniature
-differs from the paper's setting (DEPARTURES): the paper's value -> ours. A probe (an arm or a
-contrast) was added after results were seen (PROBES_ADDED): post hoc, never in a verdict.
+"equal" (none), registered at a commit (REGISTERED) before its runs. A departure is a knob where
+our miniature differs from the paper's setting (DEPARTURES): the paper's value -> ours. A probe (an
+arm or a contrast) was added after results were seen (PROBES_ADDED): post hoc, never in a verdict.
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient
 reinforcement learning for LLMs", 2025, arXiv:2503.14286. [AGRO] Tang et al., "RL-finetuning LLMs
