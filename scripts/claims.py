@@ -334,7 +334,7 @@ def run_claim(cid: str, args) -> dict:
 def secondary(text: str, d: list[float], role, quick: bool = False) -> dict:
     """A secondary contrast's result: the rule of 1987642, or, where the paper claims no
     difference (role: delta), the primary rule's "equal" (the earlier rule has no such outcome)."""
-    if isinstance(role, float):
+    if not isinstance(role, str):  # a number: delta
         return {"text": text, "d": d, "verdict": primary_verdict(d, role, "equal")[0],
                 "probe": False, "role": "", "delta": role}
     return {"text": text, "d": d, "verdict": verdict_of(d, quick), "probe": bool(role),
@@ -615,10 +615,7 @@ def write_doc(args) -> str:
                        "per seed | verdict (the rule of 1987642) |", "|---|---|---|---|"]
                       if r["contrasts"] else [])
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
-                  f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | "
-                  + (f"({c['verdict']}: {c.get('role', 'probe')}, not in the verdict) |"
-                     if c.get("probe") else f"{c['verdict']} (no difference claimed: the primary "
-                     f"rule, delta {c['delta']:g}) |" if "delta" in c else f"{c['verdict']} |")
+                  f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | {verdict_cell(c)} |"
                   for c in r["contrasts"]]
         lines += ["", f"Claim: **{p['verdict']}**"
                   + (f" (the rule of 1987642: {r['earlier_verdict']})" if "earlier_verdict" in r
@@ -653,6 +650,16 @@ def write_doc(args) -> str:
                 f.write(new)
             os.replace(args.readme + ".tmp", args.readme)
     return text
+
+
+def verdict_cell(c: dict) -> str:
+    """A secondary contrast's verdict as the doc shows it: a probe's apart, a claim of no
+    difference with its delta."""
+    if c.get("probe"):
+        return f"({c['verdict']}: {c.get('role', 'probe')}, not in the verdict)"
+    if "delta" in c:
+        return f"{c['verdict']} (no difference claimed: the primary rule, delta {c['delta']:g})"
+    return c["verdict"]
 
 
 def earlier_section(cid: str, earlier: dict) -> list[str]:
