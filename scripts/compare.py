@@ -10,8 +10,9 @@
    that checkpoint with `--seed s` for every seed and `--time-limit` minutes of wall clock (data
    generation, Q0 estimation and engine start count against it; [CR]'s TOPR rows run their fixed
    budget to the end instead); `--jobs` runs go side by side.
-3. Every final model, and the SFT model, is evaluated here in one way (tasks/scoring.py, the same
-   held-out problems) under two decodings: ours (greedy, and k samples at T = 1, the policy
+3. Every final model, and the SFT model, is evaluated here in one way (lab.evaluate: the scripts'
+   own evaluation, on the problems that seed holds out, so that the sft row at seed s is every
+   seed-s run's step 0) under two decodings: ours (greedy, and k samples at T = 1, the policy
    itself) and the report's (k samples at T = 0.15, top-p 0.9, top-k 30, [CR] §4), so that no
    script grades itself.
 4. Writes --results (docs/RESULTS.md: command, commit, date, machine, seeds, the tables, the
@@ -21,7 +22,7 @@
 
 [CR] the course report "Off-Policy Finetuning for LLM Math Reasoning".
 An interrupted comparison picks up where it stopped: finished runs (final/ and usage.json) and
-finished evaluations (eval.json) are kept; an unfinished run starts again.
+finished evaluations (evaluation.json) are kept; an unfinished run starts again.
 """
 from __future__ import annotations
 
@@ -37,12 +38,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 # the shared runner and tables, kept importable from here too
-from lab import (ROOT, commit, eval_tokens, machine, mean_sd, md_table, read_json, repo_relative,
+from lab import (ROOT, commit, evaluate, machine, mean_sd, md_table, read_json, repo_relative,
                  run_script, side_by_side, write_json)
 
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
-from tasks import get_task, scoring  # noqa: E402
+from tasks import get_task  # noqa: E402
 
 # name -> (script, flags, timed). First the course report's configurations (Countdown only), then
 # our defaults. Untimed rows run their fixed budget to the end ([CR]'s TOPR: 1,000 completions, 2
@@ -112,35 +113,17 @@ def parse_args(argv=None):
 # -------------------------------------------------------------------------------------------------
 # Evaluating the scripts' models (lab.run_script runs the scripts)
 # -------------------------------------------------------------------------------------------------
-def evaluate_model(path: str, task, eval_sets: dict, args, seed: int) -> dict:
-    """The one evaluation of every final model: same engine, problems and seeds, both decodings
-    (the kv engine on a CPU: HF generate's samples, faster)."""
-    common.setup(seed, args.threads)
-    model, tokenizer = common.load_model(path)
-    style = common.prompt_style(model, tokenizer)
-    engine = common.make_engine("auto", model, tokenizer, path, seed=seed)
-    metrics = {}
-    tokens = eval_tokens(model)
-    ours = {"greedy": common.SamplingConfig(1, tokens, 0.0),
-            "sampled": common.SamplingConfig(args.eval_k, tokens, seed=seed)}
-    report = {"sampled": common.SamplingConfig(args.eval_k, tokens, seed=seed,
-                                               **REPORT_DECODING)}
-    for n, problems in eval_sets.items():
-        prompts = common.encode_prompts(task, problems, tokenizer, style)
-        metrics.update(scoring.evaluate(engine, task, problems, prompts, ours,
-                                        prefix=f"eval{n}/", all_rewards=True))
-        if task.NAME == REPORT_TASK:
-            metrics.update(scoring.evaluate(engine, task, problems, prompts, report,
-                                            prefix=f"eval{n}/report-", all_rewards=True))
-    return metrics
+EVAL_FILE = "evaluation.json"  # lab.evaluate's (eval.json: an older protocol, not reused)
 
 
-def cached_eval(path: str, model_path: str, task_name: str, eval_sets: dict, args,
+def cached_eval(path: str, model_path: str, task_name: str, sizes: list[int], args,
                 seed: int) -> dict:
-    """The evaluation of one model, computed once and kept in `path` (JSON)."""
+    """lab.evaluate of one model with [CR]'s decoding too on Countdown, computed once and kept in
+    `path` (JSON)."""
     if not os.path.exists(path):
-        metrics = evaluate_model(model_path, get_task(task_name), eval_sets, args, seed)
-        write_json(path, metrics)
+        extra = {"report": REPORT_DECODING} if task_name == REPORT_TASK else None
+        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
+                                  args.threads, sizes, extra))
     return read_json(path)
 
 
@@ -273,10 +256,11 @@ def write_results(results: dict, args, sizes: list[int], argv: list[str]) -> str
              f"task {args.task}; every RL run starts from one SFT checkpoint and has "
              f"{args.time_limit} minutes of wall clock, {budget} ({args.jobs} runs side by side, "
              f"{args.threads} torch thread(s) each, engine {args.engine}); seeds {args.seeds}; "
-             "mean ± sd over seeds (the sft row: over evaluation seeds)",
-             f"held-out: {args.eval_size} problems of each size ({', '.join(map(str, sizes))}), "
-             f"the same for every row. Greedy: one completion. T=1: {k} samples at temperature "
-             f"1. {decoding}"]
+             "mean ± sd over seeds",
+             f"held-out: the {args.eval_size} problems of each size ({', '.join(map(str, sizes))}) "
+             "that the seed holds out, the same for every row (the scripts' own evaluation: the "
+             "sft row at seed s is each seed-s run's step 0). Greedy: one completion. T=1: "
+             f"{k} samples at temperature 1. {decoding}"]
     facts = "\n".join(textwrap.fill(f, 100, initial_indent="- ", subsequent_indent="  ")
                       for f in facts)
     command = shlex.join(map(repo_relative, argv))
@@ -456,16 +440,15 @@ def main(argv=None):
     jobs = [(name, s) for s in seeds for name in rows]
     finished = dict(zip(jobs, side_by_side(train, jobs, args.jobs)))
 
-    # 3. one evaluation of every final model, on the same held-out problems, --jobs at a time
-    eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in sizes}
-    todo = [("sft", None, sft_usage, os.path.join(out, f"sft-eval-s{s}.json"), sft_path, s)
+    # 3. one evaluation of every final model (lab.evaluate), --jobs at a time
+    todo = [("sft", None, sft_usage, os.path.join(out, f"sft-s{s}-{EVAL_FILE}"), sft_path, s)
             for s in seeds]
     todo += [(name, finished[(name, s)][0], finished[(name, s)][1],
-              os.path.join(finished[(name, s)][0], "eval.json"),
+              os.path.join(finished[(name, s)][0], EVAL_FILE),
               os.path.join(finished[(name, s)][0], "final"), s) for name in rows for s in seeds]
     spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: torch state is per process
     with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        evals = list(pool.map(cached_eval, *zip(*[(path, model, args.task, eval_sets, args, s)
+        evals = list(pool.map(cached_eval, *zip(*[(path, model, args.task, sizes, args, s)
                                                   for _, _, _, path, model, s in todo])))
     results = {"task": args.task, "variants": list(task.REWARD_VARIANTS), "runs": {}}
     for (name, run_dir, usage, *_), metrics in zip(todo, evals):

@@ -1,5 +1,6 @@
-"""The runner every experiment script uses: one command to completion, a finished run kept; its
-JSON files; mean ± sd cells and Markdown tables; the machine and commit lines of a generated doc.
+"""The runner every experiment script uses: one command to completion, a finished run kept; the
+scripts' own held-out evaluation of a model; JSON files; mean ± sd cells and Markdown tables; the
+machine and commit lines of a generated doc.
 Nothing here knows an experiment (compare.py, sweep.py, time_to_accuracy.py, claims.py do).
 """
 from __future__ import annotations
@@ -56,6 +57,39 @@ def eval_tokens(model) -> int:
     sys.path.insert(0, ROOT)
     import common  # the model side; imported here so that lab stays light for the renderers
     return 64 if common.is_tiny(model) else 512
+
+
+EVAL_SEED = 0  # the scripts' own (rloo.py, topr.py, ...): every model meets the same T = 1 draws
+
+
+def evaluate(model_path: str, task_name: str, seed: int, k: int, size: int, threads: int,
+             sizes: list[int] | None = None, extra: dict | None = None) -> dict:
+    """The scripts' own held-out evaluation of one model, in this process (a seed-s run's step-0
+    figures are this of its start model): the `size` test problems of each of `sizes` (None: the
+    task's) that --seed seed holds out, a greedy completion and k samples at T = 1 drawn with
+    EVAL_SEED, every reward variant (keys eval{n}/greedy/..., eval{n}/sampled/..., eval{n}/pass@k);
+    `extra` {name: decoding} adds k samples under each (keys eval{n}/name-sampled/...)."""
+    sys.path.insert(0, ROOT)
+    import common
+    from tasks import get_task, scoring
+    common.setup(seed, threads)
+    task = get_task(task_name)
+    model, tokenizer = common.load_model(model_path)
+    engine = common.make_engine("auto", model, tokenizer, model_path, seed=seed)
+    style, tokens = common.prompt_style(model, tokenizer), eval_tokens(model)
+    ours = {"greedy": common.SamplingConfig(1, tokens, 0.0),
+            "sampled": common.SamplingConfig(k, tokens, seed=EVAL_SEED)}
+    metrics = {}
+    for n in sizes or task.SIZES:
+        problems = task.get_problems("test", size, size=n, seed=seed)
+        prompts = common.encode_prompts(task, problems, tokenizer, style)
+        metrics.update(scoring.evaluate(engine, task, problems, prompts, ours,
+                                        prefix=f"eval{n}/", all_rewards=True))
+        for name, decoding in (extra or {}).items():
+            sampled = {"sampled": common.SamplingConfig(k, tokens, seed=EVAL_SEED, **decoding)}
+            metrics.update(scoring.evaluate(engine, task, problems, prompts, sampled,
+                                            prefix=f"eval{n}/{name}-", all_rewards=True))
+    return metrics
 
 
 def side_by_side(fn, jobs: list, n: int) -> list:

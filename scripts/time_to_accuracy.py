@@ -11,8 +11,9 @@
    Runs of one seed follow the same path until their limits, so this costs the sum of the
    minutes instead of the last, and keeps the algorithm scripts free of it. `--jobs` runs go side
    by side.
-3. Every final model, and the SFT model, is evaluated here in one way (tasks/scoring.py): the
-   same held-out problems, --eval-k samples at T = 1 (the policy itself), seeded.
+3. Every final model, and the SFT model, is evaluated here in one way (lab.evaluate: the scripts'
+   own evaluation, on the problems that seed holds out, so that minute 0 at seed s is every
+   seed-s run's step 0): --eval-k samples at T = 1 (the policy itself).
 4. Writes the table and a plot of accuracy against wall clock into the time-to-accuracy block of
    --results (docs/RESULTS.md; scripts/compare.py keeps that block when it rewrites the file).
 
@@ -33,9 +34,8 @@ from concurrent.futures import ProcessPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
-from lab import (commit, eval_tokens, machine, mean_sd, md_table, read_json,  # noqa: E402
+from lab import (commit, evaluate, machine, mean_sd, md_table, read_json,  # noqa: E402
                  repo_relative, run_script, side_by_side, write_json)
-from tasks import scoring  # noqa: E402
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -86,23 +86,11 @@ def check_args(args, parser):
     return task, rows, seeds
 
 
-def evaluate_snapshot(path: str, model_path: str, task_name: str, eval_sets: dict, args,
-                      seed: int) -> dict:
-    """Sampled accuracy (T = 1) of one model on every size, computed once and kept in `path`."""
+def evaluate_snapshot(path: str, model_path: str, task_name: str, args, seed: int) -> dict:
+    """lab.evaluate of one model, computed once and kept in `path`."""
     if not os.path.exists(path):
-        common.setup(seed, args.threads)
-        task = get_task(task_name)
-        model, tokenizer = common.load_model(model_path)
-        engine = common.make_engine("auto", model, tokenizer, model_path, seed=seed)
-        style = common.prompt_style(model, tokenizer)
-        metrics = {}
-        sampled = {"sampled": common.SamplingConfig(args.eval_k, eval_tokens(model),
-                                                    seed=seed)}
-        for n, problems in eval_sets.items():
-            prompts = common.encode_prompts(task, problems, tokenizer, style)
-            metrics.update(scoring.evaluate(engine, task, problems, prompts, sampled,
-                                            prefix=f"eval{n}/"))
-        write_json(path, metrics)
+        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
+                                  args.threads))
     return read_json(path)
 
 
@@ -169,9 +157,9 @@ Commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}; machine: {machine()};
 SFT checkpoint, once for each number of minutes M with `--time-limit M`, and its final model is
 evaluated: the model as it stands M minutes of wall clock after the script started, everything
 included (loading, data generation, SPO's Q0 estimate, its own periodic evaluations). Held-out
-sampled accuracy: {args.eval_k} samples at T = 1 of {args.eval_size} problems a size,
-tasks/scoring.py; % mean ± sd over seeds. Minute 0 is the SFT checkpoint
-(evaluated with each seed's draws).
+sampled accuracy: {args.eval_k} samples at T = 1 of the {args.eval_size} problems a size that
+the seed holds out (the scripts' own evaluation, lab.evaluate); % mean ± sd over seeds. Minute 0
+is the SFT checkpoint, each seed's run's step 0.
 
 {table(curves, sizes, [0.0] + args.minutes)}
 Optimizer steps by {args.minutes[-1]:g} minutes (mean over seeds): {step_cells}.
@@ -220,14 +208,14 @@ def main(argv=None):
     run_dirs = dict(zip(jobs, side_by_side(train, jobs, args.jobs)))
 
     # 3. every snapshot, and the SFT model, evaluated the same way
-    eval_sets = {n: task.get_problems("test", args.eval_size, size=n, seed=0) for n in task.SIZES}
-    todo = [("sft", 0.0, s, os.path.join(out, f"sft-eval-s{s}.json"), sft_path) for s in seeds]
+    todo = [("sft", 0.0, s, os.path.join(out, f"sft-s{s}-{compare.EVAL_FILE}"), sft_path)
+            for s in seeds]
     for (name, s, m), run_dir in run_dirs.items():
         final = os.path.join(run_dir, "final")
-        todo.append((name, m, s, os.path.join(run_dir, "eval.json"), final))
+        todo.append((name, m, s, os.path.join(run_dir, compare.EVAL_FILE), final))
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        evals = list(pool.map(evaluate_snapshot, *zip(*[(path, model, args.task, eval_sets, args, s)
+        evals = list(pool.map(evaluate_snapshot, *zip(*[(path, model, args.task, args, s)
                                                         for _, _, s, path, model in todo])))
     acc = {(name, m, s): metrics for (name, m, s, *_), metrics in zip(todo, evals)}
     key = "eval{}/sampled/accuracy".format

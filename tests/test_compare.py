@@ -145,7 +145,7 @@ def test_a_corrupt_evaluation_file_is_named_in_one_line(tmp_path):
     bad = tmp_path / "eval.json"
     bad.write_text('{"eval3/greedy/accuracy": 0.')
     with pytest.raises(SystemExit, match="eval.json is unreadable"):
-        compare.cached_eval(str(bad), "unused", "countdown", {}, None, 0)
+        compare.cached_eval(str(bad), "unused", "countdown", [3], None, 0)
 
 
 FUZZ = {"--time-limit": ["x", "-1", "0", "nan", "inf", ""], "--jobs": ["x", "-1", "0", "1.5", ""],
@@ -238,3 +238,25 @@ def test_an_evaluation_gives_a_pretrained_model_the_scripts_512_new_tokens_and_t
     from types import SimpleNamespace
     assert lab.eval_tokens(SimpleNamespace(config=SimpleNamespace(prompt_style="compact"))) == 64
     assert lab.eval_tokens(SimpleNamespace(config=SimpleNamespace())) == 512
+
+
+def test_the_experiments_evaluation_of_a_start_model_is_a_runs_step_0(weak_sft, tmp_path):
+    """lab.evaluate (compare.py's and time_to_accuracy.py's evaluation) of a start model gives a
+    seed-s run's step-0 figures, key for key: the problems --seed s holds out, the T = 1 draws of
+    the scripts' EVAL_SEED. So the start model has one set of figures in every doc; another seed's
+    problems give others."""
+    import lab
+    import rloo
+    from conftest import metrics_rows
+    run = tmp_path / "run"
+    rloo.main(["--model", weak_sft, "--seed", "1", "--steps", "1", "--prompts", "2",
+               "--group-size", "2", "--eval-size", "6", "--eval-k", "3", "--threads", "1",
+               "--out", str(run)])
+    step0 = metrics_rows(run)[0]
+    assert step0["step"] == 0
+    keys = [k for k in step0 if k.startswith("eval") and ("/greedy/" in k or "/sampled/" in k)]
+    assert any(k.endswith("/sampled/length") for k in keys), keys  # draws that differ by seed
+    ours = lab.evaluate(weak_sft, "countdown", 1, k=3, size=6, threads=1)
+    assert {k: ours[k] for k in keys} == {k: step0[k] for k in keys}
+    other = lab.evaluate(weak_sft, "countdown", 0, k=3, size=6, threads=1)
+    assert any(other[k] != step0[k] for k in keys)

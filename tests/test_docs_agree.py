@@ -1,7 +1,8 @@
 """The generated docs agree where they give the same figure of the same runs: README's results block
 and docs/RESULTS.md, README's first run and docs/FIRST-RUN.md, the start model in docs/RESULTS.md,
-docs/FIRST-RUN.md and the earlier claims (one machine, one sft.py run), and every claim run from one
-start model (docs/claims/*.json). A figure is compared at the precision both docs print it."""
+docs/FIRST-RUN.md and the claims (one machine, one sft.py run, one evaluation: lab.evaluate), and
+every claim run from one start model (docs/claims/*.json). A figure is compared at the precision
+both docs print it."""
 import glob
 import json
 import os
@@ -61,17 +62,15 @@ def test_readmes_results_block_is_docs_results_table():
             assert row[f"{n} numbers: greedy"] == results[README_ROWS[name]][f"{n}: greedy acc"]
 
 
-def test_one_start_model_in_first_run_results_and_the_readme():
-    """Every script's seed-0 run in FIRST-RUN.md starts from the same figures, which are README's
-    first run's, and its greedy ones are RESULTS.md's sft row (greedy: one answer, no draw)."""
+def test_one_start_model_in_first_run_and_the_readme():
+    """Every script's run of one seed in FIRST-RUN.md starts from the same figures, and seed 0's
+    are README's first run's (RESULTS.md: the next test)."""
     starts = first_run_starts(read("docs/FIRST-RUN.md"))
     assert starts and all(len(figures) == 1 for figures in starts.values()), starts
     (g3, t3, g4, t4), = starts[0]
     readme = re.findall(r"size (\d): greedy ([\d.]+) -> [\d.]+ \([-+][\d.]+\), T = 1 ([\d.]+) ->",
                         read("README.md"))
     assert {int(n): (float(g), float(t)) for n, g, t in readme} == {3: (g3, t3), 4: (g4, t4)}
-    sft = table(read("docs/RESULTS.md"), "configuration")["sft"]
-    assert (mean(sft["3: greedy acc"]), mean(sft["4: greedy acc"])) == (g3, g4)
 
 
 def test_the_earlier_claims_start_model_is_first_runs():
@@ -105,3 +104,29 @@ def test_every_claim_run_from_one_start_model_starts_from_the_same_figures():
                 seen.setdefault(seed, {}).setdefault(start, []).append(f"{r['claim']}/{arm}")
     for seed, starts in seen.items():
         assert len(starts) == 1, (seed, starts)
+
+
+def sd(cell: str) -> float:
+    return float(cell.split(" ± ")[1]) if " ± " in cell else 0.0
+
+
+def test_the_start_model_is_one_evaluation_in_results_first_run_and_the_claims():
+    """docs/RESULTS.md's sft row (lab.evaluate: each seed's held-out problems, the scripts' draws)
+    is the mean ± sd over its seeds of FIRST-RUN.md's start figures (each run's step 0), and its
+    T = 1 figures are every archived claim's start row (the runs' own step 0, seeds 0-2): one start
+    model, one set of numbers, within the rounding of the docs (0.05 a mean, 0.1 an sd)."""
+    starts = first_run_starts(read("docs/FIRST-RUN.md"))
+    sft = table(read("docs/RESULTS.md"), "configuration")["sft"]
+    seeds = (0, 1, 2)
+    for n, label, i in ((3, "greedy", 0), (3, "T=1", 1), (4, "greedy", 2), (4, "T=1", 3)):
+        values = [next(iter(starts[s]))[i] for s in seeds]
+        cell = sft[f"{n}: {label} acc"]
+        assert abs(mean(cell) - statistics.mean(values)) <= 0.05 + 1e-9, (n, label, cell, values)
+        assert abs(sd(cell) - statistics.stdev(values)) <= 0.1 + 1e-9, (n, label, cell, values)
+    for path in glob.glob(os.path.join(ROOT, "docs", "claims", "[!e]*.json")):
+        r = json.load(open(path))
+        arm = next(a for a, c in r["commands"].items()
+                   if "--eval-size" not in c and "--eval-k" not in c)
+        for n in (3, 4):
+            start = statistics.mean(r["figures"][str(s)][arm][f"start{n}"] for s in seeds)
+            assert abs(mean(sft[f"{n}: T=1 acc"]) - start) <= 0.05 + 1e-9, (r["claim"], n, start)
