@@ -1,8 +1,8 @@
 """The generated docs agree where they give the same figure of the same runs: README's results block
-and docs/RESULTS.md, README's first run and docs/FIRST-RUN.md, the start model in docs/RESULTS.md,
-docs/FIRST-RUN.md and the claims (one machine, one sft.py run, one evaluation: lab.evaluate), and
-every claim run from one start model (docs/claims/*.json). A figure is compared at the precision
-both docs print it."""
+and docs/RESULTS.md, README's first run and docs/FIRST-RUN.md, the start model in docs/RESULTS.md
+(its table and its time block), docs/FIRST-RUN.md and the claims (one machine, one sft.py run, one
+evaluation: lab.evaluate), and every claim run from one start model (docs/claims/*.json). A figure
+is compared at the precision both docs print it."""
 import glob
 import json
 import os
@@ -73,19 +73,6 @@ def test_one_start_model_in_first_run_and_the_readme():
     assert {int(n): (float(g), float(t)) for n, g, t in readme} == {3: (g3, t3), 4: (g4, t4)}
 
 
-def test_the_earlier_claims_start_model_is_first_runs():
-    """The earlier claims (docs/claims/earlier-*.json) ran from the start model of FIRST-RUN.md
-    (the same machine and sft.py run): their mean over seeds 0-2 at T = 1 is FIRST-RUN's, within
-    the rounding of both docs (0.05 a figure)."""
-    starts = first_run_starts(read("docs/FIRST-RUN.md"))
-    for path in glob.glob(os.path.join(ROOT, "docs", "claims", "earlier-*.json")):
-        claims = json.load(open(path))["claims"]
-        row = dict(zip(claims["topr-fig1"]["arm_header"], claims["topr-fig1"]["arms"][0]))
-        for n, i in ((3, 1), (4, 3)):
-            first_run = statistics.mean(next(iter(starts[s]))[i] for s in (0, 1, 2))
-            assert abs(mean(row[f"acc {n}"]) - first_run) <= 0.1, (n, row, first_run)
-
-
 def test_every_claim_run_from_one_start_model_starts_from_the_same_figures():
     """Arms with the runs' own evaluation (no --eval-size / --eval-k of their own): seed by seed,
     one start figure on each size in every archived claim."""
@@ -130,3 +117,19 @@ def test_the_start_model_is_one_evaluation_in_results_first_run_and_the_claims()
         for n in (3, 4):
             start = statistics.mean(r["figures"][str(s)][arm][f"start{n}"] for s in seeds)
             assert abs(mean(sft[f"{n}: T=1 acc"]) - start) <= 0.05 + 1e-9, (r["claim"], n, start)
+
+
+def test_the_time_blocks_minute_0_is_the_start_model_of_first_run():
+    """docs/RESULTS.md's time-to-accuracy block starts every row at the start model (minute 0,
+    lab.evaluate at the block's seeds): FIRST-RUN.md's T = 1 start figures, mean ± sd over those
+    seeds, within the rounding of the docs."""
+    text = read("docs/RESULTS.md")
+    block = text[text.index("<!-- time-to-accuracy:start -->"):]
+    seeds = [int(s) for s in re.search(r"seeds\s+([\d,]+)\.", block).group(1).split(",")]
+    starts = first_run_starts(read("docs/FIRST-RUN.md"))
+    for row in table(block, "script").values():
+        for n, i in ((3, 1), (4, 3)):
+            values = [next(iter(starts[s]))[i] for s in seeds]
+            cell = row[f"{n}: 0 min"]
+            assert abs(mean(cell) - statistics.mean(values)) <= 0.05 + 1e-9, (n, cell, values)
+            assert abs(sd(cell) - statistics.stdev(values)) <= 0.1 + 1e-9, (n, cell, values)
