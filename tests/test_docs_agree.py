@@ -112,8 +112,10 @@ def test_the_start_model_is_one_evaluation_in_results_first_run_and_the_claims()
         assert abs(sd(cell) - statistics.stdev(values)) <= 0.1 + 1e-9, (n, label, cell, values)
     for path in glob.glob(os.path.join(ROOT, "docs", "claims", "[!e]*.json")):
         r = json.load(open(path))
-        arm = next(a for a, c in r["commands"].items()
-                   if "--eval-size" not in c and "--eval-k" not in c)
+        arm = next((a for a, c in r["commands"].items()
+                    if "--eval-size" not in c and "--eval-k" not in c), None)
+        if arm is None:  # every arm evaluates its own way (spo-fig1: pass@20 of 50 problems)
+            continue
         for n in (3, 4):
             start = statistics.mean(r["figures"][str(s)][arm][f"start{n}"] for s in seeds)
             assert abs(mean(sft[f"{n}: T=1 acc"]) - start) <= 0.05 + 1e-9, (r["claim"], n, start)
