@@ -71,7 +71,7 @@ def evaluate(model_path: str, task_name: str, seed: int, k: int, size: int, thre
     `extra` {name: decoding} adds k samples under each (keys eval{n}/name-sampled/...)."""
     sys.path.insert(0, ROOT)
     import common
-    from tasks import get_task, scoring
+    from tasks import get_task, problem_sets, scoring
     common.setup(seed, threads)
     task = get_task(task_name)
     model, tokenizer = common.load_model(model_path)
@@ -80,8 +80,9 @@ def evaluate(model_path: str, task_name: str, seed: int, k: int, size: int, thre
     ours = {"greedy": common.SamplingConfig(1, tokens, 0.0),
             "sampled": common.SamplingConfig(k, tokens, seed=EVAL_SEED)}
     metrics = {}
-    for n in sizes or task.SIZES:
-        problems = task.get_problems("test", size, size=n, seed=seed)
+    _, held_out = problem_sets(task, sizes=None, train_size=1, eval_sizes=sizes, eval_size=size,
+                               seed=seed)  # the scripts' own held-out sets (a pool of 1, unused)
+    for n, problems in held_out.items():
         prompts = common.encode_prompts(task, problems, tokenizer, style)
         metrics.update(scoring.evaluate(engine, task, problems, prompts, ours,
                                         prefix=f"eval{n}/", all_rewards=True))
