@@ -652,8 +652,11 @@ class KVEngine(HFEngine):
                            device=device)  # [u, P]
         cache = _KVCache(arena=self.arena)
         columns = torch.arange(cache.width(P + T), device=device)
-        real = torch.ones(B, len(columns), dtype=torch.bool, device=device)  # not padding
-        real[:, :P] = (ids != pad)[owner]
+        # not padding: from the prompts' lengths, never from token ids (SmolLM2's pad, <|im_end|>,
+        # is also its turn separator and sits inside every chat prompt)
+        prompt_len = torch.tensor([len(prompts[i]) for i in first], device=device)  # [u]
+        real = torch.ones(B, len(columns), dtype=torch.bool, device=device)
+        real[:, :P] = (columns[:P] >= P - prompt_len[:, None])[owner]
         pos = (real[:, :P].cumsum(-1) - 1).clamp(min=0)  # [B, P], the trainer's positions
         causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()
         # a padding query attends to itself only, so that no row of the mask is empty

@@ -53,7 +53,7 @@ def countdown_corpus(n: int = 400, seed: int = 0) -> list[str]:
     return texts
 
 
-def make_bpe_tokenizer(vocab_size: int = 512):
+def make_bpe_tokenizer(vocab_size: int = 512, pad_token: str = "<|endoftext|>"):
     """A byte-level BPE trained on Countdown text, wrapped for transformers.
 
     Its pipeline is Qwen2's (NFC, Qwen's split regex, byte level, no word-splitting regex), because
@@ -77,7 +77,7 @@ def make_bpe_tokenizer(vocab_size: int = 512):
                                   show_progress=False)
     tok.train_from_iterator(countdown_corpus(), trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", chat_template=CHATML,
+                                   pad_token=pad_token, chat_template=CHATML,
                                    model_max_length=512)
 
 
@@ -88,14 +88,17 @@ QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_layers=24, heads=14
 
 def build_standin(path: str, seed: int = 0, hidden_size: int = 128, num_layers: int = 4,
                   intermediate_size: int | None = None, heads: int = 4,
-                  vocab_size: int | None = None, max_positions: int = 512) -> str:
+                  vocab_size: int | None = None, max_positions: int = 512,
+                  pad_token: str = "<|endoftext|>") -> str:
     """Build the stand-in with random weights and save it as a hub-shaped folder at `path`
-    (vocab_size: the tokenizer's, else larger: ids past the tokenizer decode to nothing)."""
+    (vocab_size: the tokenizer's, else larger: ids past the tokenizer decode to nothing).
+    pad_token "<|im_end|>" gives SmolLM2's arrangement: the pad id is the EOS, which the chat
+    template puts inside every prompt (after the system turn and after the user's)."""
     import json
 
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
-    tokenizer = make_bpe_tokenizer()
+    tokenizer = make_bpe_tokenizer(pad_token=pad_token)
     im_end, eot = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     config = Qwen2Config(vocab_size=vocab_size or len(tokenizer), hidden_size=hidden_size,
                          intermediate_size=intermediate_size or 4 * hidden_size,
@@ -108,7 +111,8 @@ def build_standin(path: str, seed: int = 0, hidden_size: int = 128, num_layers: 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():  # peakier than N(0, 0.02) (near uniform), as a trained model's logits are
         model.get_input_embeddings().weight.normal_(0.0, 0.05)
-    model.generation_config = GenerationConfig(bos_token_id=eot, pad_token_id=eot,
+    model.generation_config = GenerationConfig(bos_token_id=eot,
+                                               pad_token_id=tokenizer.pad_token_id,
                                                eos_token_id=[im_end, eot], **HUB_SAMPLING_DEFAULTS)
     model.to(torch.bfloat16).save_pretrained(path)  # hub weights are bf16; config says so
     tokenizer.save_pretrained(path)

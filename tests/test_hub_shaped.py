@@ -163,6 +163,37 @@ def test_kv_engine_draws_hf_generates_samples_on_the_qwen2_model(taught_path, sc
         assert _nucleus_gap(model, kv, 0.7, 0.8) < 1e-4
 
 
+# ---- SmolLM2's arrangement: the pad id is the EOS, <|im_end|>, inside every chat prompt ------
+ENGINE_GAP = 1e-4  # fp32: |a sampler's log mu - the trainer's recomputation| a token, at most
+
+
+@pytest.fixture(scope="module")
+def pad_inside_path(tmp_path_factory):
+    return build_standin(str(tmp_path_factory.mktemp("pad-inside") / "model"), seed=1,
+                         pad_token="<|im_end|>")
+
+
+@pytest.mark.parametrize("sc", [common.SamplingConfig(1, 24, 0.0),
+                                common.SamplingConfig(4, 24, 1.0, seed=1)], ids=["greedy", "T1"])
+def test_engines_sample_the_trainers_policy_when_the_pad_id_sits_inside_the_prompts(
+        pad_inside_path, sc):
+    """Padding is told from content by length, never by id: with the pad id inside the prompts
+    (twice each, as SmolLM2's template puts it), the kv engine draws HF generate's samples and
+    both engines' log mu is the trainer's (common.completion_logprobs). The kv engine that built
+    its mask from `ids != pad` hid those two positions: its log-probs were ~1e-2 off here."""
+    model, tok = common.load_model(pad_inside_path)
+    assert tok.pad_token_id == tok.eos_token_id == tok.convert_tokens_to_ids("<|im_end|>")
+    problems = PROBLEMS + OTHERS
+    prompts = common.encode_prompts(countdown, problems, tok, "chat")
+    assert all(p.count(tok.pad_token_id) == 2 for p in prompts)
+    assert len({len(p) for p in prompts}) > 1  # left padding too, so both kinds of mask matter
+    hf = _sample(common.HFEngine(model, tok), tok, problems, sc)
+    kv = _sample(common.KVEngine(model, tok), tok, problems, sc)
+    assert [s.ids for s in kv] == [s.ids for s in hf]
+    assert _gap(model, tok, hf) < ENGINE_GAP
+    assert _gap(model, tok, kv) < ENGINE_GAP
+
+
 def test_the_checkpoint_reloads_in_plain_transformers_with_the_same_greedy_output(taught_path):
     model, tok = common.load_model(taught_path)
     prompts = common.encode_prompts(countdown, PROBLEMS, tok, "chat")
