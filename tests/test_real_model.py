@@ -4,9 +4,11 @@ memory, TOPR's LP_mu under --bf16, and the settings a pretrained model needs.
 
 The tests of SmolLM2 itself are slow (`--slow`) and skip, saying why, where its wheel is missing
 (common.SMOLLM2_INSTALL)."""
+import importlib
 import importlib.util
 import json
 import os
+import sys
 import types
 
 import pytest
@@ -90,26 +92,128 @@ def test_vllm_runs_in_bf16_where_the_trainer_does_and_keeps_its_tf32(tiny, tiny_
     assert torch.get_float32_matmul_precision() == "high"
     common.make_engine("vllm", model, tok, tiny_path)
     assert recording_vllm.seen["dtype"] == "float32"
+    # on a CPU vLLM reads this as a share of the host's memory: left to vLLM there
+    assert "gpu_memory_utilization" not in recording_vllm.seen
 
 
-def test_vllm_kv_cache_is_sized_from_the_model_and_the_run_not_a_share_of_the_gpu(
+QWEN_05B_PARAMETERS = 494_032_768  # Qwen2.5-0.5B-Instruct, embedding tied to the output layer
+
+
+def test_vllm_kv_cache_is_sized_from_the_model_and_the_run_and_its_share_is_what_it_holds(
         tmp_path, monkeypatch, recording_vllm):
     """Qwen2.5-0.5B's shape in bf16 with 512 new tokens: 256 sequences of PROMPT_ROOM + 512 tokens
-    at 2 x 24 layers x 2 KV heads x 64 x 2 bytes a token, 3 GiB, whatever the GPU's size."""
+    at 2 x 24 layers x 2 KV heads x 64 x 2 bytes a token, 3 GiB, whatever the GPU's size. vLLM's
+    GPU worker refuses to start unless gpu_memory_utilization x the card is free, even with
+    kv_cache_memory_bytes set (vllm/v1/worker/utils.py: request_memory); at its default, 0.92, an
+    H200 whose trainer held rloo.py's fp32 peak (72.2 GiB, docs/GPU.md) would refuse it. The share
+    asked is the engine's weights + KV cache + the stated margin."""
     from transformers import Qwen2Config
     Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
                 max_position_embeddings=32768).save_pretrained(tmp_path)
+    total = 140 * 2**30  # an H200
+    free = total - int(72.2 * 2**30)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *device: (free, total))
     monkeypatch.setattr(common, "rng_state", dict)  # no CUDA generator to read on this machine
     monkeypatch.setattr(common, "set_rng_state", lambda state: None)
-    model = types.SimpleNamespace(dtype=torch.float32)
+    # the trainer's fp32 weights, shapes without storage
+    model = types.SimpleNamespace(dtype=torch.float32, parameters=lambda: [
+        torch.empty(QWEN_05B_PARAMETERS, device="meta")])
     tokenizer = types.SimpleNamespace(eos_token_id=2)
     common.make_engine("vllm", model, tokenizer, str(tmp_path), bf16=True, max_new_tokens=512)
     seen = recording_vllm.seen
-    assert "gpu_memory_utilization" not in seen
     assert seen["max_model_len"] == common.PROMPT_ROOM + 512 == 1024
     assert seen["kv_cache_memory_bytes"] == 256 * 1024 * (2 * 24 * 2 * 64 * 2) == 3 * 2**30
+    held = 2 * QWEN_05B_PARAMETERS + 3 * 2**30 + common.VLLM_MARGIN_BYTES  # weights in bf16
+    assert seen["gpu_memory_utilization"] == pytest.approx(held / total, rel=1e-12)
+    assert seen["gpu_memory_utilization"] * total <= free < 0.92 * total  # starts; 0.92 would not
+
+    # a card too small for it: the share is capped below 1 (vLLM then refuses, saying why)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *device: (2**30, 4 * 2**30))
+    common.make_engine("vllm", model, tokenizer, str(tmp_path), bf16=True, max_new_tokens=512)
+    assert recording_vllm.seen["gpu_memory_utilization"] == common.VLLM_MAX_SHARE < 1
+
+
+# ---- scripts/real_model.py: which engines it starts, their size, closed before the runs --------
+def _script(name: str):
+    """scripts/`name`.py as a module."""
+    scripts = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    return importlib.import_module(name)
+
+
+class _FakeEngine:
+    """An engine as real_model.py uses one: the size it was made for and whether it was closed."""
+
+    def __init__(self, kind: str, max_new_tokens: int):
+        self.name, self.max_new_tokens, self.closed = kind, max_new_tokens, False
+
+    def generate(self, prompts, sc):
+        assert not self.closed
+        return [[common.Sample(p, [40, 41], "ab", [-1.0, -1.0], True) for _ in range(sc.n)]
+                for p in prompts]
+
+    def close(self):
+        self.closed = True
+
+
+SMALL = dict(sizes="3", eval_size=2, max_new_tokens=24, start_tokens=40, prompts=2, group_size=2,
+             step_seqs=4, sft=[], rl=[])
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_real_model_sizes_its_engines_measures_the_runs_one_on_a_gpu_and_closes_them(
+        gpu, tiny_path, tmp_path, monkeypatch, capsys):
+    """On a GPU (with vLLM): one engine, vLLM, sized for the longest completions the script asks
+    for (not make_engine's default 3,584 tokens: a KV cache 4x too large), measured without kv and
+    hf, and closed before sft.py starts its own. On a CPU: kv and hf measured, as before."""
+    real_model = _script("real_model")
+    preset = "gpu" if gpu else "cpu"
+    monkeypatch.setitem(real_model.PRESETS, preset, SMALL)
+    made, runs = [], []
+    def make_engine(kind, model, tok, path, *, max_new_tokens=3584, **kwargs):
+        made.append(_FakeEngine(kind, max_new_tokens))
+        return made[-1]
+    def run_script(name, argv):
+        runs.append((name, [e for e in made if not e.closed]))
+        return str(tmp_path), 0.0, None
+    monkeypatch.setattr(common, "make_engine", make_engine)
+    monkeypatch.setattr(real_model, "run_script", run_script)
+    monkeypatch.setattr(real_model, "gains", lambda out: "")
+    if gpu:  # a GPU with vLLM installed, the model kept on the CPU
+        monkeypatch.setattr(common, "vllm_available", lambda: True)
+        for name, value in [("is_available", True), ("get_device_name", "a GPU"),
+                            ("synchronize", None), ("reset_peak_memory_stats", None),
+                            ("max_memory_allocated", 0)]:
+            monkeypatch.setattr(torch.cuda, name, lambda *a, value=value: value)
+        load = common.load_model
+        monkeypatch.setattr(common, "load_model",
+                            lambda path, device: load(path, device="cpu"))
+    assert real_model.main(["--preset", preset, "--model", tiny_path, "--out",
+                            str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    tokens = [line for line in out.splitlines() if line.startswith("tokens/s")]
+    if gpu:
+        assert [(e.name, e.max_new_tokens) for e in made] == [("vllm", 40)]
+        assert tokens[0].split()[1] == "vllm" and " kv " not in tokens[0]
+    else:
+        assert [e.name for e in made] in (["kv", "hf"], ["hf", "kv"])
+        assert "kv" in tokens[0] and "hf" in tokens[0]
+    assert [name for name, _ in runs] == ["sft", "topr"]
+    assert all(open_engines == [] for _, open_engines in runs)  # every engine closed first
+
+
+def test_real_model_measures_every_engine_on_a_gpu_only_when_asked(monkeypatch):
+    real_model = _script("real_model")
+    for has_vllm, run in [(True, "vllm"), (False, "hf")]:
+        monkeypatch.setattr(common, "vllm_available", lambda: has_vllm)
+        assert real_model.measured_engines(cuda=True, every=False, vllm=False) == [run]
+        assert real_model.measured_engines(cuda=True, every=True, vllm=False) == (
+            ["kv", "hf"] + ["vllm"] * has_vllm)
+        assert real_model.measured_engines(cuda=False, every=False, vllm=False) == ["kv", "hf"]
+    assert real_model.measured_engines(cuda=False, every=False, vllm=True) == ["kv", "hf", "vllm"]
 
 
 # ---- TOPR: LP_mu computed with the trainer's numerics ------------------------------------------
