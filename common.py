@@ -514,9 +514,10 @@ class HFEngine:
     took ~80 GB at batch 256, 512 new tokens and Qwen's vocabulary."""
     name = "hf"
 
-    def __init__(self, model, tokenizer, batch_size: int = 256):
+    def __init__(self, model, tokenizer, batch_size: int = 256, bf16: bool = False):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.eos = eos_ids_of(tokenizer, model)
+        self.bf16 = bf16  # sample under bf16 autocast, as the trainer computes under --bf16
 
     def sync(self, model) -> None:
         self.model = model
@@ -528,8 +529,10 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         cuda = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        device = next(self.model.parameters()).device
         # with a seed, the global RNG is left as it was
-        with torch.random.fork_rng(devices=cuda, enabled=sc.seed is not None):
+        with torch.random.fork_rng(devices=cuda, enabled=sc.seed is not None), \
+                torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
             if sc.seed is not None:
                 torch.manual_seed(sc.seed)
             for s in range(0, len(flat), self.batch_size):
@@ -655,8 +658,10 @@ class KVEngine(HFEngine):
     """The trainer's own model, decoded by a short loop of ours: HFEngine's samples token for token
     at the same seed and batch size (tests/test_common.py), faster on a CPU
     (scripts/bench_generation.py): each distinct prompt read once, the cache written in place,
-    finished rows dropped, "eager" attention (torch's fused CPU kernel took 1.5-2.4x longer with one
-    query), larger batches. Needs a forward that takes a 4D additive mask (Llama, Qwen2)."""
+    finished rows dropped, eager attention without its copy of the cache for every query head
+    (_grouped_query_attention; torch's fused CPU kernel took 1.5-2.4x longer with one query), the
+    output layer in fp32 as the trainer's, larger batches. Needs a forward that takes a 4D additive
+    mask (Llama, Qwen2)."""
     name = "kv"
     # Rows a batch: as many as fit a 512 MiB cache, at most 512 (1,024 were 3% faster at 170 MB
     # more memory, 256 30% slower). Samples equal HF generate's only at the same batch size.
@@ -676,7 +681,8 @@ class KVEngine(HFEngine):
 
     def _generate_batch(self, prompts: list[list[int]], sc: SamplingConfig) -> list[Sample]:
         config = self.model.config
-        attention, config._attn_implementation = config._attn_implementation, "eager"
+        attention = config._attn_implementation
+        config._attn_implementation = _register_kv_attention()
         try:
             return self._decode(prompts, sc)
         finally:
@@ -717,10 +723,13 @@ class KVEngine(HFEngine):
         alive = torch.ones(B, dtype=torch.bool, device=device)  # of those, the unfinished
         eos = torch.tensor(sorted(self.eos), device=device)
         x, x_pos = ids, pos[first]
+        decoder, head = self.model.get_decoder(), self.model.get_output_embeddings()
         for t in range(T):
-            out = self.model(input_ids=x, attention_mask=mask, position_ids=x_pos,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
-            scores = out.logits[:, -1].float()  # [b, V]
+            hidden = decoder(input_ids=x, attention_mask=mask, position_ids=x_pos,
+                             past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+            # the output layer in fp32 even under bf16 autocast, as the trainer's token_logprobs
+            with torch.autocast(device.type, enabled=False):
+                scores = head(hidden.to(head.weight.dtype)).float()  # [b, V]
             if t == 0:  # one row per prompt so far: give each sample its own copy
                 cache.keep(owner)
                 scores = scores[owner]
@@ -765,6 +774,32 @@ def kv_cache_bytes(device: torch.device) -> int:
         return KVEngine.cache_bytes
     free = torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device)
     return int(KVEngine.gpu_share * free)
+
+
+def _grouped_query_attention(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                             **kwargs):
+    """transformers' eager attention without its copy of the cache: eager repeats each key and
+    value head once per query head that shares it (repeat_kv), every layer and every new token,
+    which was 16% of SmolLM2's decode (9 query heads, 3 key/value heads). Here the query heads of
+    a group are stacked as rows against their one key/value head. With one query head a group
+    (the tiny model) the products are eager's own.
+    query [b, heads, q, d], key and value [b, kv_heads, S, d], attention_mask [b, 1, q, S]."""
+    b, heads, q, d = query.shape
+    kv = key.shape[1]
+    g = heads // kv  # query heads a key/value head: head i reads kv head i // g, as repeat_kv
+    scores = torch.matmul(query.reshape(b, kv, g * q, d), key.transpose(2, 3)) * scaling
+    if attention_mask is not None:  # [b, kv, g, q, S] + [b, 1, 1, q, S]
+        scores = (scores.view(b, kv, g, q, -1) + attention_mask[:, :, None]).view(b, kv, g * q, -1)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    out = torch.matmul(weights, value)  # [b, kv, g * q, d]
+    return out.view(b, heads, q, d).transpose(1, 2).contiguous(), None
+
+
+def _register_kv_attention() -> str:
+    """The name under which KVEngine's attention is known to transformers (registered once)."""
+    from transformers import AttentionInterface
+    AttentionInterface.register("kv_engine", _grouped_query_attention)
+    return "kv_engine"
 
 
 def _warpers(sc: SamplingConfig) -> list:
@@ -949,8 +984,9 @@ def auto_engine(model) -> str:
 
 def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: bool = False,
                 max_new_tokens: int = 3584):
-    """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm". vLLM runs in bf16 where
-    the trainer does (`bf16`: --bf16), else in the model's dtype, and fits sequences of
+    """Return a generation engine. `kind`: "auto", "kv", "hf" or "vllm". Where the trainer runs
+    under bf16 autocast (`bf16`: --bf16), the kv and hf engines sample under it too and vLLM runs
+    in bf16; else all in the model's dtype. vLLM fits sequences of
     PROMPT_ROOM + `max_new_tokens` tokens (the default: 4,096).
 
     "auto" picks by device: on a GPU vLLM (much faster for real models), else HF generate (faster
@@ -961,9 +997,9 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: 
     if kind == "auto":
         kind = auto_engine(model)
     if kind == "kv":
-        return KVEngine(model, tokenizer)
+        return KVEngine(model, tokenizer, bf16=bf16)
     if kind == "hf":
-        return HFEngine(model, tokenizer)
+        return HFEngine(model, tokenizer, bf16=bf16)
     if kind == "vllm":
         dtype = "bfloat16" if bf16 else str(model.dtype).removeprefix("torch.")
         return VLLMEngine(path, tokenizer, dtype=dtype, seed=seed,
