@@ -56,10 +56,11 @@ ORDER = ["rloo", "topr", "agro-on", "agro-off", "spo"]
 
 
 def command(arm: str, seed: int) -> list[str]:
-    steps = ARMS[arm]
-    every = "3" if arm == "topr" else "24"  # evaluate at step 0 and at the end only
-    return [sys.executable, *steps, *EVAL, "--model", lab.repo_relative(START), "--seed",
-            str(seed), "--eval-every", every, "--save-every", every,
+    # evaluate at step 0 and at the end only (topr.py: --eval-every 0); a checkpoint a round
+    every = ["--eval-every", "0", "--save-every", "8"] if arm == "topr" else [
+        "--eval-every", "24", "--save-every", "24"]
+    return [sys.executable, *ARMS[arm], *EVAL, "--model", lab.repo_relative(START), "--seed",
+            str(seed), *every,
             "--out", lab.repo_relative(os.path.join(RUNS, f"{arm}-s{seed}"))]
 
 

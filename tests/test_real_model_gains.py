@@ -1,0 +1,58 @@
+"""scripts/real_model_gains.py: the commands it runs and the doc it renders from kept results."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "scripts"))
+import real_model_gains as gains  # noqa: E402
+
+
+def _result(arm, seed, start, end, minutes=10.0):
+    fig = lambda greedy, sampled: {"greedy/accuracy": greedy, "sampled/accuracy": sampled,  # noqa
+                                   "greedy/length": 30.0, "sampled/format_rate": 1.0}
+    return {"arm": arm, "seed": seed, "cmd": f"python {arm}.py --seed {seed}",
+            "wall_s": 60 * minutes, "peak_rss_mb": 1000.0, "steps": 24,
+            "start": fig(*start), "end": fig(*end), "machine": "2 cores (test CPU)",
+            "commit": "abc1234", "date": "2026-11-28 00:00 UTC"}
+
+
+def test_every_arm_evaluates_at_its_start_and_end_only_on_100_problems(tmp_path):
+    for arm in gains.ORDER:
+        cmd = gains.command(arm, 3)
+        flags = dict(zip(cmd[2::2], cmd[3::2]))  # after the interpreter and the script
+        assert cmd[1] == gains.ARMS[arm][0] and flags["--seed"] == "3"
+        assert flags["--eval-size"] == "100" and flags["--eval-sizes"] == "3"
+        assert not os.path.isabs(flags["--model"]) and not os.path.isabs(flags["--out"])
+        # step 0 and the last step only (topr.py's 0 means just that)
+        assert flags["--eval-every"] == ("0" if arm == "topr" else flags["--steps"])
+
+
+def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(gains, "RESULTS", str(results))
+    monkeypatch.setattr(gains, "DOC", str(tmp_path / "DOC.md"))
+    kept = [_result("sft", 0, (0.0, 0.0), (0.2, 0.11)),
+            _result("topr", 0, (0.2, 0.11), (0.26, 0.215)),
+            _result("topr", 1, (0.21, 0.12), (0.2, 0.10)),
+            _result("rloo", 0, (0.2, 0.11), (0.3, 0.25))]
+    for r in kept:
+        (results / f"{r['arm']}-s{r['seed']}.json").write_text(json.dumps(r))
+    gains.render()
+    doc = (tmp_path / "DOC.md").read_text()
+    assert "| topr | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | abc1234 |" in doc
+    assert "| topr | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in doc  # a loss shows as one
+    assert doc.index("| rloo | 0") < doc.index("| topr | 0")  # the scripts' order
+    assert "Not run yet: agro-on, agro-off, spo." in doc
+    assert "greedy 0.0 -> 20.0%, T = 1 0.0 -> 11.0%" in doc  # the start model's own line
+
+
+def test_an_rl_arm_without_the_start_model_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(gains, "RESULTS", str(tmp_path / "results"))
+    monkeypatch.setattr(gains, "RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(gains, "START", str(tmp_path / "runs" / "sft" / "final"))
+    with pytest.raises(SystemExit, match="no start model .* make it first with --start"):
+        gains.main(["--arm", "topr"])
