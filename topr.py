@@ -49,8 +49,9 @@ REPORT_SETTING = {"prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 3
                   "sampling": "uniform", "keep": 0}
 REPORT_ROUNDS = {"original": 1, "A": 1, "A+B": 2}
 # Flags left at None: (the tiny model's value, a pretrained model's). lr: 5e-5 the best on tiny
-# (docs/RESULTS-topr-report.md); 1e-5 the next of [CR] §5.2's 1e-4, 1e-5, 1e-6, as its best, 1e-4,
-# collapsed SmolLM2 (docs/GPU.md). max_new_tokens: 512 as in [TOPR] §4.
+# (docs/RESULTS-topr-report.md); 1e-5 the middle of [CR] §5.2's 1e-4, 1e-5, 1e-6
+# (docs/REAL-MODEL.md measures it on SmolLM2; an earlier lr sweep there ran on a kv engine that
+# sampled another policy, and is withdrawn). max_new_tokens: 512 as in [TOPR] §4.
 MODEL_DEFAULTS = {"lr": (5e-5, 1e-5), "max_new_tokens": (64, 512)}
 # Prompts an engine call: bounds the samples held at once, not the samples drawn.
 PROMPTS_A_CALL = 256
