@@ -35,6 +35,9 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
     results.mkdir()
     monkeypatch.setattr(gains, "RESULTS", str(results))
     monkeypatch.setattr(gains, "DOC", str(tmp_path / "DOC.md"))
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- real-model:start -->\nold\n<!-- real-model:end -->\nafter\n")
+    monkeypatch.setattr(gains, "README", str(readme))
     kept = [_result("sft", 0, (0.0, 0.0), (0.2, 0.11)),
             _result("topr", 0, (0.2, 0.11), (0.26, 0.215)),
             _result("topr", 1, (0.21, 0.12), (0.2, 0.10)),
@@ -48,6 +51,11 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
     assert doc.index("| rloo | 0") < doc.index("| topr | 0")  # the scripts' order
     assert "Not run yet: agro-on, agro-off, spo." in doc
     assert "greedy 0.0 -> 20.0%, T = 1 0.0 -> 11.0%" in doc  # the start model's own line
+    block = readme.read_text()
+    assert block.startswith("before\n<!-- real-model:start -->") and block.endswith("after\n")
+    assert "old" not in block
+    assert "| topr | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # the mean of the 2 seeds
+    assert "| sft.py (the start, from SmolLM2) | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 | 10 |" in block
 
 
 def test_an_rl_arm_without_the_start_model_is_one_line(tmp_path, monkeypatch):
