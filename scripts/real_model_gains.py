@@ -3,8 +3,8 @@
 One start model made by sft.py, then rloo.py, topr.py, agro.py (on-policy and off-policy) and
 spo.py from it, each at settings sized for at most 30 minutes on 2 cores; each run's held-out
 accuracy (greedy and T = 1) at its step 0 and at its end, and its time. Each run's result is kept
-in docs/real-model/ARM-sSEED.json, so that a later session adds seeds instead of redoing them; the
-doc is rendered from those files alone.
+in docs/real-model/ (a JSON file a run, named by its arm and seed: `topr-s0.json`), so that a later
+session adds seeds instead of redoing them; the doc is rendered from those files alone.
 
     python scripts/real_model_gains.py --start                 # sft.py's start model
     python scripts/real_model_gains.py --arm topr --seed 0     # one run from it, its result kept
@@ -77,13 +77,13 @@ def figures(row: dict) -> dict:
     return {k: row.get(f"eval{SIZE}/{k}") for k in keys}
 
 
-def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str]) -> dict:
+def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str], commit: str) -> dict:
     first, last = evaluations(run)
     return {"arm": arm, "seed": seed, "cmd": " ".join(["python"] + [lab.repo_relative(a)
                                                                      for a in cmd[1:]]),
             "wall_s": usage["wall_s"], "peak_rss_mb": usage["peak_rss_mb"],
             "steps": last.get("step"), "start": figures(first), "end": figures(last),
-            "machine": lab.machine(), "commit": lab.commit(),
+            "machine": lab.machine(), "commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -101,8 +101,9 @@ def run(arm: str, seed: int) -> None:
             raise SystemExit(f"real_model_gains.py: error: no start model at "
                              f"{lab.repo_relative(START)}; make it first with --start")
         cmd, out = command(arm, seed), os.path.join(RUNS, f"{arm}-s{seed}")
+    commit = lab.commit()  # the code the run starts with
     usage = lab.run_script(f"{arm}-s{seed}", cmd, out, RUNS)
-    lab.write_json(result, record(arm, seed, out, usage, cmd))
+    lab.write_json(result, record(arm, seed, out, usage, cmd, commit))
     print(f"wrote {lab.repo_relative(result)}")
 
 
@@ -131,7 +132,7 @@ def render() -> None:
               "- each RL run: 24 optimizer steps of 32 sampled completions from the start model, "
               "lr 1e-5 (the scripts' pretrained default); the flags are in each row's command",
               "", "| script | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
-              "minutes | commit |", "|---|---|---|---|---|---|---|"]
+              "minutes | code at |", "|---|---|---|---|---|---|---|"]
     arms = {a: [r for r in results if r["arm"] == a] for a in ORDER}
     for arm in ORDER:
         for r in sorted(arms[arm], key=lambda r: r["seed"]):
