@@ -305,7 +305,8 @@ def fill_lp_mu(rows: list[dict], model, pad_id: int, args, temperature: float = 
 
 def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> None:
     """LP_mu recomputed by fill_lp_mu at mu's temperature (the sampler's kept as lp_mu_sampler):
-    vLLM's kernels, or fp32 sampling against --bf16 training, put ratios off 1 at the start."""
+    vLLM's kernels, or the sampler's bf16 rounding under --bf16 (its KV cache, its kernels), put
+    ratios off 1 at the start."""
     if args.top_p < 1:  # mu is a nucleus the trainer does not form: the sampler's LP_mu stays
         tqdm.write(f"iteration {it}: LP_mu is the sampler's (top-p < 1); ratios start off 1 by "
                    "its numerical gap to the trainer")
