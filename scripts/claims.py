@@ -314,7 +314,7 @@ def run_claim(cid: str, args) -> dict:
         d = [fn(m[s]) for s in args.seeds]
         contrasts.append(secondary(text, d, role[0] if role else "", args.quick))
     result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
-              "runs": sorted(set(runs)), "jobs": args.jobs, "figures": m,
+              "runs": sorted({run_name(x) for x in runs}), "jobs": args.jobs, "figures": m,
               "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
               "commands": {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}}
     result["primary"], result["commit"] = primary_of(cid, result), lab.commit()
@@ -356,15 +356,22 @@ def primary_of(cid: str, r: dict) -> dict:
             "margin": margin}
 
 
+def run_name(path: str) -> str:
+    """A run folder or evaluation file as a result names it: relative to the repository's root,
+    never a machine's path (an older result's absolute path is read the same way)."""
+    return os.path.relpath(os.path.join(ROOT, path), ROOT)
+
+
 def minutes(results: list[dict]) -> float:
     """Wall clock of the runs and final evaluations behind these results, each counted once, run
-    --jobs side by side."""
+    --jobs side by side; a run's name is resolved against the repository's root (run_name)."""
     seen, total = set(), 0.0
     for r in results:
-        if not any(os.path.exists(path) for path in r["runs"]):  # an archived result alone
+        paths = {os.path.join(ROOT, path) for path in r["runs"]}
+        if not any(os.path.exists(path) for path in paths):  # an archived result alone
             total += 60 * r.get("minutes", 0.0) * r["jobs"]
             continue
-        for path in set(r["runs"]) - seen:
+        for path in paths - seen:
             seen.add(path)
             total += lab.read_json(path).get("seconds", 0) if path.endswith(".json") else \
                 lab.read_json(os.path.join(path, "usage.json"))["wall_s"]
@@ -373,10 +380,10 @@ def minutes(results: list[dict]) -> float:
 
 def verdict_runs(cid: str, r: dict, args) -> dict:
     """A claim's result with only the runs and evaluations behind its verdict (no probe's)."""
-    probes = {run_dir(cid, a, s, args) for a, arm in CLAIMS[cid]["arms"].items()
+    probes = {run_name(run_dir(cid, a, s, args)) for a, arm in CLAIMS[cid]["arms"].items()
               if arm.role == "probe" for s in r["seeds"]}
-    return dict(r, runs=[x for x in r["runs"]
-                         if x not in probes and os.path.dirname(x) not in probes],
+    return dict(r, runs=[x for x in r["runs"] if run_name(x) not in probes
+                         and os.path.dirname(run_name(x)) not in probes],
                 minutes=r.get("verdict_minutes", r.get("minutes", 0.0)))
 
 
@@ -544,8 +551,12 @@ def write_doc(args) -> str:
         arm.role == "probe" and name not in r["commands"]
         for name, arm in CLAIMS[cid]["arms"].items())]
     skipped = " --skip-probes" if unprobed else ""
-    took = (f"{own:.0f} minutes for their verdicts and {total:.0f} with the probes (each run "
-            "counted once)" if not unprobed else f"{own:.0f} minutes (each run counted once; "
+    gone = [run_name(x) for r in results.values()  # kept results whose runs are elsewhere
+            if not any(os.path.exists(os.path.join(ROOT, x)) for x in r["runs"]) for x in r["runs"]]
+    once = "each run counted once" if len(gone) == len(set(gone)) else (
+        "at most: the runs are not in this checkout, so a run two claims share is counted in each")
+    took = (f"{own:.0f} minutes for their verdicts and {total:.0f} with the probes ({once})"
+            if not unprobed else f"{own:.0f} minutes ({once}; "
             f"the probes of {', '.join(unprobed)} not run again: --skip-probes)")
     lines = [
         "# The papers' claims in miniature", "",
@@ -639,7 +650,8 @@ def write_doc(args) -> str:
             line = (f"The papers' headline claims run like for like in miniature "
                     f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
                     f"), `python scripts/claims.py all --sft runs/sft-countdown/final{skipped}`"
-                    f"; {own / 60:.1f} h on 2 cores for the verdicts"
+                    f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
+                    f"{own / 60:.1f} h on 2 cores for the verdicts"
                     + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
                     + "); one primary contrast a "
                     f"claim: {summary(done, len(runnable))}, and "
@@ -730,12 +742,13 @@ def main(argv=None):
     p.add_argument("--readme", default=None, help="README whose claims line is replaced ('' to "
                    "leave it alone; default: README.md, none with --quick)")
     args = p.parse_args(argv)
-    if args.out is None:  # a smoke run writes nothing of the project's
-        args.out = "runs/claims-quick" if args.quick else "runs/claims"
+    if args.out is None:  # a smoke run writes nothing of the project's; from any folder
+        args.out = os.path.join(ROOT, "runs", "claims-quick" if args.quick else "claims")
     if args.doc is None:
-        args.doc = os.path.join(args.out, "CLAIMS.md") if args.quick else "docs/CLAIMS.md"
+        args.doc = os.path.join(args.out, "CLAIMS.md") if args.quick else \
+            os.path.join(ROOT, "docs", "CLAIMS.md")
     if args.readme is None:
-        args.readme = "" if args.quick else "README.md"
+        args.readme = "" if args.quick else os.path.join(ROOT, "README.md")
     ids = [c for c in CLAIMS if CLAIMS[c].get("runs", True)] if args.claims == ["all"] else \
         args.claims
     if unknown := [c for c in ids if c not in CLAIMS]:
@@ -745,9 +758,11 @@ def main(argv=None):
     if args.dry_run:  # any start model the scripts take: `smollm2`, a hub id, a folder
         print("\n".join(dry_run(ids, args)))
         return
-    if not os.path.isdir(args.sft):
-        p.error(f"--sft {args.sft}: no such folder (make one with sft.py)")
-    args.sft, args.out = os.path.abspath(args.sft), os.path.abspath(args.out)
+    if not args.render_only:  # rendering runs nothing: --sft only names the start model
+        if not os.path.isdir(args.sft):
+            p.error(f"--sft {args.sft}: no such folder (make one with sft.py)")
+        args.sft = os.path.abspath(args.sft)
+    args.out = os.path.abspath(args.out)
     for cid in [] if args.render_only else ids:
         run_claim(cid, args)
     print(write_doc(args))

@@ -107,6 +107,30 @@ def test_a_claims_minutes_count_each_run_once_and_its_probes_apart(tmp_path):
     assert claims.minutes([own]) == pytest.approx((600 + 300) / 60 / 2)
 
 
+def test_a_result_names_its_runs_from_the_repository_and_is_read_from_any_folder(
+        tmp_path, monkeypatch):
+    """run_claim keeps each run as run_name gives it, relative to the repository's root; minutes
+    and verdict_runs resolve such a name against the root, wherever the command runs from (an
+    older result's absolute names read the same)."""
+    monkeypatch.setattr(claims, "ROOT", str(tmp_path))
+    args = argparse.Namespace(out=str(tmp_path / "runs" / "claims"))
+    names = []
+    for arm, wall in [("rloo", 600), ("rloo-b0.5", 120)]:  # the second: a probe
+        d = claims.run_dir("agro-fig2", arm, 0, args)
+        os.makedirs(d)
+        with open(os.path.join(d, "usage.json"), "w") as f:
+            json.dump({"wall_s": wall}, f)
+        names.append(claims.run_name(d))
+    assert names == ["runs/claims/agro-fig2/rloo-s0", "runs/claims/agro-fig2/rloo-b0.5-s0"]
+    assert claims.run_name(names[0]) == names[0]  # a name already relative stays as it is
+    monkeypatch.chdir(tmp_path / "runs")  # not the root: the names still resolve
+    r = {"seeds": [0], "jobs": 1, "runs": names, "minutes": 99.0}
+    assert claims.minutes([r]) == pytest.approx((600 + 120) / 60)
+    assert claims.minutes([claims.verdict_runs("agro-fig2", r, args)]) == pytest.approx(10)
+    old = dict(r, runs=[str(tmp_path / n) for n in names])  # as results named them before
+    assert claims.minutes([old]) == pytest.approx(12)
+
+
 def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_path):
     ev = {f"eval{n}/{k}": 0.5 for n in claims.SIZES
           for k in ("sampled/accuracy", "sampled/format_rate", "pass@8")}

@@ -83,3 +83,28 @@ def test_every_python_line_is_within_100_columns():
     long = [f"{name}:{i}" for name, text in tracked_texts().items() if name.endswith(".py")
             for i, line in enumerate(text.splitlines(), 1) if len(line) > 100]
     assert not long, long
+
+
+# a machine's folder as a path begins: a checkout, a home, a temporary folder
+MACHINE_PATH = re.compile(r"(?<![\w.-])/(?:work|root|tmp|home|Users|private|var/folders)/")
+
+
+def test_no_doc_names_a_run_by_a_machines_path():
+    """The results in docs/ (claims' result.json files, generated and hand-written docs) name runs
+    relative to the repository, never a checkout's or a temporary folder's absolute path: a clone
+    follows them, and `claims.py --render-only` works from any of them."""
+    found, read = {}, 0
+    for folder, _, files in os.walk(os.path.join(ROOT, "docs")):
+        for name in files:
+            if not name.endswith((".json", ".md", ".jsonl")):
+                continue
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            read += 1
+            hits = MACHINE_PATH.findall(text) + re.findall(r'"runs": \[\s*"/', text)
+            if hits:
+                found[os.path.relpath(path, ROOT)] = hits[:3]
+    assert read > 20 and MACHINE_PATH.search('"/work/main/runs/claims/x-s0"')  # it can fail
+    assert not MACHINE_PATH.search("docs/claims/NAME.json, runs/claims/x-s0, 1/tmp/2")
+    assert not found, f"machine paths in: {found}"
