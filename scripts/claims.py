@@ -46,8 +46,8 @@ from lab import ROOT, side_by_side  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims, their arms and settings, as data)
 from claims_registry import (  # noqa: E402
-    CLAIMS, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL, PROBES_ADDED, QUICK,
-    REGISTERED, SIZES, SPO_EVAL, departures, label)
+    CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL, PROBES_ADDED,
+    QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, departures, label)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -59,14 +59,24 @@ RULE = ("Each claim has one **primary contrast**, about the paper's own method, 
         "by seed, signed so that the paper's direction is positive, and delta, registered with it, "
         "the smallest difference that counts (1 point of accuracy, 0.01 of mean reward, or a "
         "relative 25% for a ratio). The verdict reads the **median seed**, so that one outlier "
-        "seed neither makes nor breaks it: a claim of a difference is **reproduced** if the median "
-        "d >= delta, **not reproduced** if it is <= -delta (the opposite) or if all but one seed "
-        "lie within +-delta (no difference), **inconclusive** otherwise (run more seeds). A claim "
-        "of no difference is **equivalent** if all but one seed lie within +-delta and the median "
-        "too, **not reproduced** if the median lies beyond +-delta, inconclusive otherwise. The "
-        "margin is how far the median sits past the threshold that decided (negative: short of "
-        "the nearest one). With per-seed noise of sd delta and no true effect, the median of 3 "
-        "seeds passes delta 7% of the time: a screen, not a test.")
+        "seed neither makes nor breaks it: a claim of a difference goes the **paper's "
+        "direction** if the median d >= delta, the **opposite direction** if it is <= -delta, "
+        "and is **not detected at this power** otherwise (whether or not the seeds lie within "
+        "+-delta: three seeds cannot show that there is no difference). A claim of no difference "
+        "is **equivalent within delta** if all but one seed lie within +-delta and the median "
+        "too, the **opposite direction** (a difference, against the paper) if the median lies "
+        "beyond +-delta, not detected at this power otherwise. A claim whose runs cannot show "
+        "the paper's claim whatever d is (the start model already at the ceiling, an arm known "
+        "to collapse before the claim was registered, a check of the code) is **not testable "
+        "here**, with the reason and what the rule alone gives. The margin is how far the median "
+        "sits past the threshold that decided (negative: short of the nearest one). With "
+        "per-seed noise of sd delta and no true effect, the median of 3 seeds passes delta 7% of "
+        "the time: a screen, not a test.")
+# The primary rule's verdicts (RULE), and a claim that its runs cannot test (UNTESTABLE)
+PAPERS, OPPOSITE = "paper's direction", "opposite direction"
+NOT_DETECTED, EQUIVALENT = "not detected at this power", "equivalent within delta"
+UNTESTED = "not testable here"
+VERDICTS = (PAPERS, OPPOSITE, NOT_DETECTED, EQUIVALENT, UNTESTED)
 EARLIER_RULE = (
     "The rule of 1987642, for the secondary contrasts: **reproduced** if the mean of d over the "
     "seeds exceeds one sample sd, **not reproduced** if it is below minus one sd, "
@@ -352,8 +362,11 @@ def primary_of(cid: str, r: dict) -> dict:
         except ZeroDivisionError:
             d.append(math.nan)
     verdict, margin = ("smoke", math.nan) if r["quick"] else primary_verdict(d, delta, kind)
-    return {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict,
-            "margin": margin}
+    out = {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict,
+           "margin": margin}
+    if cid in UNTESTABLE and not r["quick"]:  # whatever d says: the rule's outcome kept beside it
+        out.update(verdict=UNTESTED, why=UNTESTABLE[cid], rule=verdict)
+    return out
 
 
 def run_name(path: str) -> str:
@@ -392,7 +405,7 @@ def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[s
     claims d > 0) or "equal" (the paper claims no difference, |d| < delta)."""
     nans = sum(math.isnan(x) for x in d)  # e.g. a gain per nat where nothing was gained
     if nans and len(d) - nans < 3:
-        return "undefined (d is not a number in too many seeds)", math.nan
+        return "not testable here (d is not a number in too many seeds)", math.nan
     d = [x for x in d if not math.isnan(x)]
     if len(d) < 3:
         return "too few seeds", math.nan
@@ -400,19 +413,17 @@ def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[s
     near = sum(abs(x) < delta for x in d) >= len(d) - 1 and abs(med) < delta  # no difference
     if kind == "equal":
         if near:
-            return "equivalent", delta - abs(med)
+            return EQUIVALENT, delta - abs(med)
         if abs(med) >= delta:
-            return "not reproduced", abs(med) - delta
-        return "inconclusive", -(delta - abs(med))
+            return OPPOSITE, abs(med) - delta  # a difference where the paper claims none
+        return NOT_DETECTED, -(delta - abs(med))
     if kind != "more":
         raise ValueError(f"unknown kind of claim {kind!r}")
     if med >= delta:
-        return "reproduced", med - delta
+        return PAPERS, med - delta
     if med <= -delta:
-        return "not reproduced", -delta - med
-    if near:
-        return "not reproduced", delta - abs(med)  # no difference where the paper claims one
-    return "inconclusive", -min(delta - med, med + delta)
+        return OPPOSITE, -delta - med
+    return NOT_DETECTED, -min(delta - med, med + delta)  # seeds within +-delta included
 
 
 def verdict_of(d: list[float], quick: bool = False) -> str:
@@ -576,7 +587,9 @@ def write_doc(args) -> str:
         "{d10}, {d50}, {d67} and {d10n3} are composed from it (`claims.py:pool_files`); "
         "{offline} and {q0} are spo-fig1's offline set (`claims.py:spo_offline`) and its online "
         "run's Q0 estimate.", "", RULE, "", EARLIER_RULE, "",
-        f"Primary contrasts: {summary(done, len(runnable))}; registered as not run here "
+        f"**The scale of every verdict below: {SCALE}**, not the papers' models (8B; [CR]'s "
+        "0.5B) or their data. Primary contrasts: "
+        f"{summary(done, len(runnable))}; registered as not run here "
         f"{len(CLAIMS) - len(runnable)}.", "",
         "| claim | the paper says | what differs: the paper's -> ours | primary contrast: "
         "median d (per seed), margin | verdict | the rule of 1987642 |",
@@ -598,7 +611,7 @@ def write_doc(args) -> str:
         if cid in earlier["claims"]:
             then.append(f"{earlier['claims'][cid]['verdict']} (the earlier runs)")
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
-                     f"**{p['verdict'] if p else 'not run yet'}** | {'; '.join(then)} |")
+                     f"{verdict_text(p) if p else '**not run yet**'} | {'; '.join(then)} |")
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -620,7 +633,7 @@ def write_doc(args) -> str:
             "", f"Primary contrast ({p['kind']}, delta {p['delta']:g}"
             + (f", registered in {REGISTERED[cid]}" if cid in REGISTERED else "")
             + f"): {p['text']}: median {median(p['d'], digits)}, per seed "
-            f"{', '.join(f'{x:.{digits}f}' for x in p['d'])}; **{p['verdict']}**, margin "
+            f"{', '.join(f'{x:.{digits}f}' for x in p['d'])}; {verdict_text(p)}, margin "
             f"{p['margin']:.{digits}f}" + (f"; results at {r['commit']}" if "commit" in r else "")
             + "."] + (["", "| secondary contrast (paper's direction positive) | mean ± sd | "
                        "per seed | verdict (the rule of 1987642) |", "|---|---|---|---|"]
@@ -628,7 +641,7 @@ def write_doc(args) -> str:
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | {verdict_cell(c)} |"
                   for c in r["contrasts"]]
-        lines += ["", f"Claim: **{p['verdict']}**"
+        lines += ["", f"Claim: {verdict_text(p)}"
                   + (f" (the rule of 1987642: {r['earlier_verdict']})" if "earlier_verdict" in r
                      else "") + "."]
         if claim["plot"]:
@@ -637,6 +650,8 @@ def write_doc(args) -> str:
             lines += ["", f"![{cid}]({os.path.basename(png)})"]
         if cid in earlier["claims"]:
             lines += [""] + earlier_section(cid, earlier)
+        if cid in CONCLUDE:  # the section's last sentence: what the runs let a reader conclude
+            lines += ["", f"**What to conclude.** {CONCLUDE[cid]}"]
     notes = os.path.join(os.path.dirname(args.doc), "CLAIMS-notes.md")
     if os.path.exists(notes):
         lines += ["", open(notes).read().rstrip()]
@@ -647,7 +662,8 @@ def write_doc(args) -> str:
     if args.readme:  # its one line between the markers: the count and the command
         old = open(args.readme).read()
         if README_START in old and README_END in old:
-            line = (f"The papers' headline claims run like for like in miniature "
+            line = (f"At the scale of {SCALE}, the papers' headline claims run like for like "
+                    f"in miniature "
                     f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
                     f"), `python scripts/claims.py all --sft runs/sft-countdown/final{skipped}`"
                     f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
@@ -700,12 +716,21 @@ def earlier_section(cid: str, earlier: dict) -> list[str]:
 
 
 def summary(verdicts: list[str], runnable: int) -> str:
-    """The primaries' verdicts in a few words: "2 of 18 reproduced, ..."."""
-    short = [v.split(" (")[0] for v in verdicts]  # "undefined (why)" counts as undefined
-    counts = [f"{short.count(v)} {v}" for v in ("not reproduced", "inconclusive", "equivalent",
-                                                 "undefined") if short.count(v)]
+    """The primaries' verdicts in a few words: "2 of 18 in the paper's direction, ..."."""
+    short = [v.split(" (")[0] for v in verdicts]  # "not testable here (why)" counts as one
+    counts = [f"{short.count(v)} {v}" for v in VERDICTS[1:] if short.count(v)]
     rest = [f"{runnable - len(verdicts)} not run yet"] if len(verdicts) < runnable else []
-    return ", ".join([f"{verdicts.count('reproduced')} of {runnable} reproduced"] + counts + rest)
+    return ", ".join([f"{short.count(PAPERS)} of {runnable} in the {PAPERS}"] + counts + rest)
+
+
+def verdict_text(p: dict) -> str:
+    """A primary's verdict in bold, with why a claim is not testable here and what the rule alone
+    gives it."""
+    if "why" in p:  # the rule's own "not testable here (why)" shows its why alone
+        rule = p["rule"].removeprefix(f"{UNTESTED} (").removesuffix(")") \
+            if p["rule"].startswith(f"{UNTESTED} (") else p["rule"]
+        return f"**{p['verdict']}** ({p['why']}; the rule alone: {rule})"
+    return f"**{p['verdict']}**"
 
 
 def median(values: list[float], digits: int = 1) -> str:

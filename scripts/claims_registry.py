@@ -750,6 +750,87 @@ QUICK = {"topr.py": ["--prompts", "64", "--eval-size", "20", "--eval-k", "4", "-
                     "--train-size", "16", "--q0-samples", "8", "--batch-size", "32"]}
 
 
+# What every verdict below is about: the scale of the runs, ahead of the main table and README's
+# claims line. The lrs: topr.py 5e-5 against [TOPR] §4.2's 5e-7, spo.py 6e-5 against [SPO] §5's
+# 6e-8; [AGRO]'s is lost from our copy; [CR]'s TOPR runs keep the report's own 1e-4 (§5.2).
+SCALE = ("a 1M-parameter character model on Countdown, lr 100x [TOPR]'s and 1,000x [SPO]'s "
+         "([AGRO] gives none; [CR]'s TOPR runs keep the report's 1e-4)")
+
+# Claims whose registered primary cannot show the paper's claim in these runs, whatever its d: the
+# verdict is "not testable here" with the reason, the rule's own outcome shown beside it.
+UNTESTABLE = {
+    "topr-fig3": "at the ceiling: the start model's invalid answers (0.7-0.9%) are already below "
+                 "delta (1 point), so no reduction can reach it",
+    "agro-fig2": "an arm known to collapse: on-policy AGRO at lambda_LR 1, beta 0.05 collapses "
+                 "the tiny model, as 7d35a3b showed before this claim was registered",
+    "agro-fig4": "an arm known to collapse: the on-policy arm is agro-fig2's lambda_LR 1 at beta "
+                 "0.05 (collapsing since 7d35a3b), so it gains nothing to divide by its KL",
+    "agro-s81": "a code check: both arms compute one estimator on identical samples, so they "
+                "agree by construction, not as a finding",
+}
+
+# One sentence a claim, the last of its section in docs/CLAIMS.md: what a reader may and may not
+# conclude from its runs (written from docs/claims/<claim>.json and docs/CLAIMS-notes.md).
+CONCLUDE = {
+    "topr-fig1": "You may conclude that on this model TOPR at lr 5e-5 does not collapse as naive "
+                 "REINFORCE does (15.8-16.9 points ahead at the end) yet ends 1.1-1.8 points below "
+                 "its start, and at the paper's lr gains 0.9 (just under delta); not that TOPR "
+                 "fails to improve an 8B model at its own lr.",
+    "topr-fig4": "You may conclude that here one pass over the positives alone ended 7.0-9.5 "
+                 "points above one pass over all samples, with fewer problems left unsolved, at "
+                 "~18% positives; not that negatives hurt at the paper's ~67% or on its model.",
+    "topr-fig5": "You may conclude that on this model final accuracy rose with p~ up to 50-100% "
+                 "at both p = 10% and 50%, with no peak at 10-20%; not that the paper's peak is "
+                 "absent at its model and lr, 100x lower than ours.",
+    "topr-fig6": "You may conclude that at p = 10% and low p~ TOPR ended 2.5-4.7 points above "
+                 "truncated IS, but both fell below the start model (TOPR to 0.3-9.6%, TIS to "
+                 "0.0%), so this shows TOPR collapsing less, not the paper's \"TOPR recovers\".",
+    "agro-fig2": "You may conclude only that agro.py at lambda_LR 1 and beta 0.05 collapses on "
+                 "this model, and that at our lambda_LR = beta / 2 it tracked RLOO within 0.35 "
+                 "points; not that on-policy AGRO is slower than RLOO.",
+    "agro-fig5": "You may conclude that offline on this model AGRO peaked 1.2-2.2 points below "
+                 "KL-regularised PG over 10 epochs while unregularised PG crashed, as the paper "
+                 "says it does; not that AGRO is worse offline at the paper's scale.",
+    "agro-fig6": "You may conclude that here, as in the paper, a larger beta (0.5 against 0.02) "
+                 "learned more slowly, ended with less KL and gained more accuracy per nat in all "
+                 "three seeds; not how large the effect is at the paper's betas (lost from our "
+                 "copy).",
+    "spo-fig1": "You may conclude that at lr 6e-5, 1,000x the paper's, SPO's pass@10 fell below "
+                "the start model's in all three seeds (by 61 points in one), and at the paper's "
+                "lr the tiny model did not move; not whether SPO improves pass@10 at its own "
+                "scale.",
+    "cr-table1": "You may conclude that reward A then B did not raise the mean reward by 0.01 in "
+                 "two of three seeds (0.001, 0.007, 0.031); not that it does not help, since the "
+                 "seeds spread more than delta and \"A\" is the same run as \"original\" here.",
+    "topr-fig3": "You may conclude that naive REINFORCE's answers became almost all invalid while "
+                 "TOPR's stayed valid in two seeds (18% invalid in the third); not whether TOPR "
+                 "reduces invalid answers, since the start model has almost none to reduce.",
+    "topr-s43": "You may conclude that at equal p~ the p = 50% set ended above the p = 10% set by "
+                "about 1.4 points in two seeds and 0.2 in the third; not a consistent effect, "
+                "since the median is 0.37 past delta and the per-p~ contrasts split.",
+    "topr-fig7": "You may conclude that untruncated IS fell to 0% at both clips while TOPR did "
+                 "not; not that TOPR is more robust to the clip, since IS failed at clip 1 too, "
+                 "where the paper finds the two equal, and TOPR ended below its start.",
+    "topr-fig8": "You may conclude that over 6 rounds Anna Karenina sampling ended 0.8-1.5 points "
+                 "above uniform sampling, median just 0.16 past delta; not the paper's 4-point "
+                 "gain, and three seeds this close to delta are weak evidence.",
+    "agro-s81": "You may conclude that agro.py's off-policy estimator at lambda_LR 0 and rloo.py "
+                "with the KL in the reward give the same runs, a check of the code; not the "
+                "paper's finding, since both arms compute one estimator on identical samples.",
+    "agro-fig4": "You may conclude that the on-policy arm drove the KL 1.3-2.8 nats further than "
+                 "the off-policy arm while it collapsed; not how the two compare in KL "
+                 "efficiency, since the collapsed arm gained no accuracy to divide by its KL.",
+    "spo-both": "You may conclude that at lr 6e-5 SPO improved neither pass@1 nor pass@10 on this "
+                "model (pass@10 fell in all three seeds); not whether it does at the paper's lr "
+                "and scale.",
+    "cr-s51": "You may conclude that reward B alone did not collapse the tiny model (its mean "
+              "reward ended within 0.03 of the start, far from 0.1); not that B is stable for "
+              "the report's 0.5B model, nor that it matches SFT, which 3 seeds cannot show.",
+    "cr-table2": "You may conclude nothing about A against RLOO on the harder puzzles: the seeds "
+                 "split both ways (-0.033, -0.007, +0.032) around a delta of 0.01.",
+}
+
+
 HEADLINE = {"spo-fig1": [("pass@10", "p10"), ("pass@1", "p1")],  # else: acc at T = 1, %
             "cr-table1": [("mean reward (original)", "score")],
             "agro-fig6": [("acc", "acc"), ("mean along training", "area"), ("KL to start", "kl")],

@@ -3,6 +3,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 import pytest
@@ -146,27 +147,64 @@ def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_p
 
 # ---- The rule of one primary contrast a claim (RULE) ---------------------------------------------
 @pytest.mark.parametrize("d,kind,verdict", [
-    ([3.0, 4.0, 5.0], "more", "reproduced"),
-    ([1.2, 1.1, -30.0], "more", "reproduced"),          # an outlier seed does not break it
-    ([-10.9, -7.5, -61.6], "more", "not reproduced"),   # nor blur it into "inconclusive"
-    ([0.4, -0.3, 0.2], "more", "not reproduced"),       # no difference where one is claimed
-    ([-5.0, 0.5, 6.0], "more", "inconclusive"),         # the seeds split: run more
-    ([0.5, 0.6, 30.0], "more", "not reproduced"),       # one seed alone cannot make it
-    ([0.4, -0.3, 0.2], "equal", "equivalent"),
-    ([2.0, 3.0, 0.1], "equal", "not reproduced"),
-    ([-5.0, 0.5, 6.0], "equal", "inconclusive"),
+    ([3.0, 4.0, 5.0], "more", "paper's direction"),
+    ([1.2, 1.1, -30.0], "more", "paper's direction"),     # an outlier seed does not break it
+    ([-10.9, -7.5, -61.6], "more", "opposite direction"),  # nor blur it into "not detected"
+    ([0.4, -0.3, 0.2], "more", "not detected at this power"),  # 3 seeds cannot show none
+    ([-5.0, 0.5, 6.0], "more", "not detected at this power"),  # the seeds split: run more
+    ([0.5, 0.6, 30.0], "more", "not detected at this power"),  # one seed alone cannot make it
+    ([0.4, -0.3, 0.2], "equal", "equivalent within delta"),
+    ([2.0, 3.0, 0.1], "equal", "opposite direction"),     # a difference where none is claimed
+    ([-5.0, 0.5, 6.0], "equal", "not detected at this power"),
 ])
 def test_a_claims_verdict_reads_its_primary_contrasts_median_seed(d, kind, verdict):
     assert claims.primary_verdict(d, 1.0, kind)[0] == verdict
 
 
 def test_the_margin_is_the_medians_distance_past_the_deciding_threshold():
-    assert claims.primary_verdict([3.0, 4.0, 5.0], 1.0) == ("reproduced", 3.0)
-    assert claims.primary_verdict([-3.0, -2.5, 9.0], 1.0) == ("not reproduced", 1.5)
+    assert claims.primary_verdict([3.0, 4.0, 5.0], 1.0) == ("paper's direction", 3.0)
+    assert claims.primary_verdict([-3.0, -2.5, 9.0], 1.0) == ("opposite direction", 1.5)
     verdict, margin = claims.primary_verdict([-5.0, 0.5, 6.0], 1.0)
-    assert verdict == "inconclusive" and margin == pytest.approx(-0.5)  # 0.5 short of delta
+    assert verdict == "not detected at this power" and margin == pytest.approx(-0.5)  # short
+    verdict, margin = claims.primary_verdict([0.4, -0.3, 0.2], 1.0)  # 0.8 short of delta
+    assert verdict == "not detected at this power" and margin == pytest.approx(-0.8)
     assert claims.primary_verdict([1.0, 2.0], 1.0)[0] == "too few seeds"
-    assert claims.primary_verdict([math.nan, 1.0, 2.0], 1.0)[0].startswith("undefined")
+    assert claims.primary_verdict([math.nan, 1.0, 2.0], 1.0)[0].startswith("not testable here")
+
+
+def test_a_claim_registered_as_not_testable_is_never_in_the_papers_direction(monkeypatch):
+    """topr-fig3 (at the ceiling), agro-fig2 and agro-fig4 (an arm known to collapse: agro-fig4's
+    comparator) and agro-s81 (a code check): even where every seed's d lies far in the paper's
+    direction the verdict is "not testable here", with its reason, the rule's outcome beside it;
+    a claim not registered so keeps the rule's outcome."""
+    assert set(claims.UNTESTABLE) == {"topr-fig3", "agro-fig2", "agro-fig4", "agro-s81"}
+    assert all(why.startswith(("at the ceiling", "an arm known to collapse", "a code check"))
+               for why in claims.UNTESTABLE.values())
+    r = {"seeds": [0, 1, 2], "quick": False, "figures": {str(s): {} for s in range(3)}}
+    for cid in [*claims.UNTESTABLE, "topr-fig6"]:
+        text, _, delta, kind = claims.CLAIMS[cid]["primary"]
+        far = (lambda m: 0.0) if kind == "equal" else (lambda m, x=5 * delta: x)
+        monkeypatch.setitem(claims.CLAIMS, cid, dict(claims.CLAIMS[cid],
+                                                     primary=(text, far, delta, kind)))
+        p = claims.primary_of(cid, r)
+        if cid == "topr-fig6":
+            assert p["verdict"] == "paper's direction" and "why" not in p
+            continue
+        assert p["verdict"] == "not testable here" and p["why"] == claims.UNTESTABLE[cid], cid
+        assert p["rule"] in ("paper's direction", "equivalent within delta"), p
+        assert claims.verdict_text(p).startswith(f"**not testable here** ({p['why']}; ")
+    assert claims.summary(["paper's direction", "not testable here", "opposite direction",
+                           "not testable here (d is not a number in too many seeds)"], 5) == (
+        "1 of 5 in the paper's direction, 1 opposite direction, 2 not testable here, "
+        "1 not run yet")
+
+
+def test_every_run_claim_ends_its_section_with_one_sentence_on_what_to_conclude():
+    runnable = {c for c, v in claims.CLAIMS.items() if v.get("runs", True)}
+    assert set(claims.CONCLUDE) == runnable
+    for cid, text in claims.CONCLUDE.items():
+        assert text.startswith("You may conclude") and text.endswith("."), cid
+        assert "not" in text and not re.search(r"[.;:] [A-Z]", text[:-1]), cid  # one sentence
 
 
 def test_every_runnable_claim_has_a_primary_contrast_and_the_others_say_why_not():
@@ -230,7 +268,11 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
     text = claims.write_doc(args)
     row = next(line for line in text.splitlines() if line.startswith("| [[TOPR] Fig. 1"))
     assert "-1.8 (0.9, -1.8, -2.2), margin 0.8" in row
-    assert "**not reproduced**" in row and row.endswith("| partly (these runs) |")
+    assert "| **opposite direction** |" in row and row.endswith("| partly (these runs) |")
+    table = text.index("| claim | the paper says |")
+    assert text.rindex("a 1M-parameter character model on Countdown, lr 100x", 0, table) > 0
+    section = text[text.index("## topr-fig1"):]
+    assert section.rstrip().endswith(f"**What to conclude.** {claims.CONCLUDE['topr-fig1']}")
     assert "lr: 5e-7 constant, Adafactor (§4.2) -> 5e-5 constant, AdamW" in row
     assert "not run here: a tabular bandit" in text  # agro-fig1
 
@@ -287,7 +329,7 @@ def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary
     assert "Not yet run under the primary-contrast rule." in section
     assert f"| {text} | -8.0 ± 1.5 | -6.9, -7.5, -9.7 | not reproduced |" in section
     assert ("post hoc (registered after them, in 37c3416): median -7.5, per seed -6.9, -7.5, "
-            "-9.7; not reproduced, margin 6.5.") in section
+            "-9.7; opposite direction, margin 6.5.") in section
     assert "## topr-fig1" not in doc  # neither run again nor in the earlier archive
 
 
@@ -311,9 +353,10 @@ def test_a_secondary_claim_of_no_difference_is_judged_as_one_not_by_its_directio
     is a difference the paper did not claim, where the earlier rule's direction reads it as
     reproduced; level seeds are equivalent."""
     ahead = claims.secondary("TOPR - IS", [16.9, 16.5, 15.8], 1.0)
-    assert ahead["verdict"] == "not reproduced" and not ahead["probe"], ahead
+    assert ahead["verdict"] == "opposite direction" and not ahead["probe"], ahead
     assert claims.verdict_of([16.9, 16.5, 15.8]) == "reproduced"  # the direction alone
-    assert claims.secondary("TOPR - IS", [0.3, -0.2, 0.4], 1.0)["verdict"] == "equivalent"
+    assert claims.secondary("TOPR - IS", [0.3, -0.2, 0.4], 1.0)["verdict"] == \
+        "equivalent within delta"
     assert claims.secondary("x", [0.4, 0.5, 0.7], "probe")["probe"]
     registry = claims.CLAIMS["topr-fig7"]["contrasts"]
     assert [c[2:] for c in registry] == [(1.0,)], registry

@@ -135,3 +135,30 @@ def test_the_time_blocks_minute_0_is_the_start_model_of_first_run():
             cell = row[f"{n}: 0 min"]
             assert abs(mean(cell) - statistics.mean(values)) <= 0.05 + 1e-9, (n, cell, values)
             assert abs(sd(cell) - statistics.stdev(values)) <= 0.1 + 1e-9, (n, cell, values)
+
+
+def test_claims_verdicts_in_the_doc_and_the_readme_are_the_archived_results():
+    """docs/CLAIMS.md's main table gives every run claim the verdict claims.py computes from its
+    result in docs/claims/ (one of the five labels), a claim registered as not testable here is
+    never in the paper's direction, and README's claims line leads with the scale and counts the
+    same verdicts as the doc."""
+    import claims
+    doc, readme = read("docs/CLAIMS.md"), read("README.md")
+    rows = {}
+    for line in doc.splitlines():
+        if m := re.match(r"\| \[\[[^]]*\][^]]*\]\(#([\w-]+)\) \|", line):
+            rows[m.group(1)] = re.findall(r"\| \*\*([^*]+)\*\*", line)[-1]
+    runnable = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
+    assert sorted(rows) == sorted(runnable)
+    for cid in runnable:
+        r = json.load(open(os.path.join(ROOT, "docs", "claims", f"{cid}.json")))
+        assert rows[cid] == claims.primary_of(cid, r)["verdict"], cid
+        assert rows[cid] in claims.VERDICTS, cid
+    for cid in claims.UNTESTABLE:  # the ceiling, the collapsed arm (agro-fig4's comparator)
+        assert rows[cid] == "not testable here", cid
+    scale = "a 1M-parameter character model on Countdown, lr 100x [TOPR]'s and 1,000x [SPO]'s"
+    line = readme[readme.index("<!-- claims:start -->"):readme.index("<!-- claims:end -->")]
+    assert line.split("\n")[1].startswith(f"At the scale of {scale}")
+    counts = claims.summary(list(rows.values()), len(runnable))
+    assert f"one primary contrast a claim: {counts}, and" in line
+    assert f"Primary contrasts: {counts};" in doc and doc.index(scale) < doc.index("| claim |")
