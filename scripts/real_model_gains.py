@@ -54,6 +54,8 @@ ARMS = {
             "--batch-size", "32", "--group-size", "4", "--warmup", "2", "--micro-batch", "16"],
 }
 ORDER = ["rloo", "topr", "agro-on", "agro-off", "spo"]
+LABELS = {"rloo": "rloo.py", "topr": "topr.py", "agro-on": "agro.py (on-policy)",
+          "agro-off": "agro.py (off-policy)", "spo": "spo.py"}
 
 
 def command(arm: str, seed: int) -> list[str]:
@@ -138,7 +140,7 @@ def render() -> None:
         for r in sorted(arms[arm], key=lambda r: r["seed"]):
             s, e = r["start"], r["end"]
             gain = 100 * (e["sampled/accuracy"] - s["sampled/accuracy"])
-            lines.append(f"| {arm} | {r['seed']} | {pct(s['greedy/accuracy'])} -> "
+            lines.append(f"| {LABELS[arm]} | {r['seed']} | {pct(s['greedy/accuracy'])} -> "
                          f"{pct(e['greedy/accuracy'])} | {pct(s['sampled/accuracy'])} -> "
                          f"{pct(e['sampled/accuracy'])} | {gain:+.1f} | "
                          f"{r['wall_s'] / 60:.1f} | {r['commit']} |")
@@ -176,7 +178,7 @@ def write_readme_block(start: dict | None, arms: dict) -> None:
         rows = arms[arm]
         if rows:
             lines.append(
-                f"| {arm} | {len(rows)} | {mean(rows, 'sampled/accuracy', 'start'):.1f} -> "
+                f"| {LABELS[arm]} | {len(rows)} | {mean(rows, 'sampled/accuracy', 'start'):.1f} -> "
                 f"{mean(rows, 'sampled/accuracy', 'end'):.1f} | "
                 f"{mean(rows, 'greedy/accuracy', 'start'):.1f} -> "
                 f"{mean(rows, 'greedy/accuracy', 'end'):.1f} | "

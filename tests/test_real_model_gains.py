@@ -46,15 +46,15 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
         (results / f"{r['arm']}-s{r['seed']}.json").write_text(json.dumps(r))
     gains.render()
     doc = (tmp_path / "DOC.md").read_text()
-    assert "| topr | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | abc1234 |" in doc
-    assert "| topr | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in doc  # a loss shows as one
-    assert doc.index("| rloo | 0") < doc.index("| topr | 0")  # the scripts' order
+    assert "| topr.py | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | abc1234 |" in doc
+    assert "| topr.py | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in doc  # a loss shows as one
+    assert doc.index("| rloo.py | 0") < doc.index("| topr.py | 0")  # the scripts' order
     assert "Not run yet: agro-on, agro-off, spo." in doc
     assert "greedy 0.0 -> 20.0%, T = 1 0.0 -> 11.0%" in doc  # the start model's own line
     block = readme.read_text()
     assert block.startswith("before\n<!-- real-model:start -->") and block.endswith("after\n")
     assert "old" not in block
-    assert "| topr | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # the mean of the 2 seeds
+    assert "| topr.py | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # the mean of the 2 seeds
     assert "| sft.py (the start, from SmolLM2) | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 | 10 |" in block
 
 
