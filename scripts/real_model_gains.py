@@ -183,9 +183,9 @@ def write_readme_block(start: dict | None, arms: dict) -> None:
                 f"{mean(rows, 'greedy/accuracy', 'start'):.1f} -> "
                 f"{mean(rows, 'greedy/accuracy', 'end'):.1f} | "
                 f"{sum(r['wall_s'] for r in rows) / len(rows) / 60:.0f} |")
-    lines += ["", "Held-out accuracy (%) at step 0 -> the end on 100 3-number puzzles, the mean "
-              "over the seeds run; each RL run 24 steps of 32 samples at lr 1e-5 from the one "
-              "start model. Commands, every seed and what was tried: "
+    lines += ["", "Held-out accuracy (%) at step 0 -> the end on 100 3-number puzzles (each seed "
+              "its own 100), the mean over the seeds run; each RL run 24 steps of 32 samples at "
+              "lr 1e-5 from the one start model. Commands, every seed and what was tried: "
               "[docs/REAL-MODEL.md](docs/REAL-MODEL.md).", end]
     head, rest = text.split(begin, 1)
     with open(README, "w") as f:
