@@ -9,6 +9,7 @@ session adds seeds instead of redoing them; the doc is rendered from those files
     python scripts/real_model_gains.py --start                 # sft.py's start model
     python scripts/real_model_gains.py --arm topr --seed 0     # one run from it, its result kept
     python scripts/real_model_gains.py --arm all --seed 1      # every arm not yet run at seed 1
+    python scripts/real_model_gains.py --arm rloo --lr 3e-5    # another lr, kept apart
     python scripts/real_model_gains.py --render                # docs/REAL-MODEL.md
 
 The runs live in runs/real-model/ (not in git); only the JSON results and the doc are kept.
@@ -58,13 +59,21 @@ LABELS = {"rloo": "rloo.py", "topr": "topr.py", "agro-on": "agro.py (on-policy)"
           "agro-off": "agro.py (off-policy)", "spo": "spo.py"}
 
 
-def command(arm: str, seed: int) -> list[str]:
+LR = 1e-5  # the scripts' pretrained default; a run at another lr is named by it
+
+
+def name(arm: str, seed: int, lr: float = LR) -> str:
+    """A run's folder and result name: `rloo-s1`, or `rloo-lr3e-05-s0` at another lr."""
+    return f"{arm}-s{seed}" if lr == LR else f"{arm}-lr{lr:.0e}-s{seed}"
+
+
+def command(arm: str, seed: int, lr: float = LR) -> list[str]:
     # evaluate at step 0 and at the end only (topr.py: --eval-every 0); a checkpoint a round
     every = ["--eval-every", "0", "--save-every", "8"] if arm == "topr" else [
         "--eval-every", "24", "--save-every", "24"]
     return [sys.executable, *ARMS[arm], *EVAL, "--model", lab.repo_relative(START), "--seed",
-            str(seed), *every,
-            "--out", lab.repo_relative(os.path.join(RUNS, f"{arm}-s{seed}"))]
+            str(seed), "--lr", f"{lr:g}", *every,
+            "--out", lab.repo_relative(os.path.join(RUNS, name(arm, seed, lr)))]
 
 
 def evaluations(run: str) -> tuple[dict, dict]:
@@ -79,9 +88,10 @@ def figures(row: dict) -> dict:
     return {k: row.get(f"eval{SIZE}/{k}") for k in keys}
 
 
-def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str], commit: str) -> dict:
+def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str], commit: str,
+           lr: float | None) -> dict:
     first, last = evaluations(run)
-    return {"arm": arm, "seed": seed, "cmd": " ".join(["python"] + [lab.repo_relative(a)
+    return {"arm": arm, "seed": seed, "lr": lr, "cmd": " ".join(["python"] + [lab.repo_relative(a)
                                                                      for a in cmd[1:]]),
             "wall_s": usage["wall_s"], "peak_rss_mb": usage["peak_rss_mb"],
             "steps": last.get("step"), "start": figures(first), "end": figures(last),
@@ -89,12 +99,12 @@ def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str], commit: s
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def run(arm: str, seed: int) -> None:
+def run(arm: str, seed: int, lr: float = LR) -> None:
     os.makedirs(RESULTS, exist_ok=True)
     os.makedirs(RUNS, exist_ok=True)
-    result = os.path.join(RESULTS, f"{arm}-s{seed}.json")
+    result = os.path.join(RESULTS, f"{name(arm, seed, lr)}.json")
     if os.path.exists(result):
-        print(f"kept: {lab.repo_relative(result)} (delete it to run {arm} at seed {seed} again)")
+        print(f"kept: {lab.repo_relative(result)} (delete it to run {name(arm, seed, lr)} again)")
         return
     if arm == "sft":
         cmd, out = [sys.executable, *START_CMD, "--out", "runs/real-model/sft"], RUNS + "/sft"
@@ -102,10 +112,11 @@ def run(arm: str, seed: int) -> None:
         if not os.path.isdir(START):
             raise SystemExit(f"real_model_gains.py: error: no start model at "
                              f"{lab.repo_relative(START)}; make it first with --start")
-        cmd, out = command(arm, seed), os.path.join(RUNS, f"{arm}-s{seed}")
+        cmd, out = command(arm, seed, lr), os.path.join(RUNS, name(arm, seed, lr))
     commit = lab.commit()  # the code the run starts with
-    usage = lab.run_script(f"{arm}-s{seed}", cmd, out, RUNS)
-    lab.write_json(result, record(arm, seed, out, usage, cmd, commit))
+    usage = lab.run_script(name(arm, seed, lr), cmd, out, RUNS)
+    lab.write_json(result, record(arm, seed, out, usage, cmd, commit,
+                                  None if arm == "sft" else lr))
     print(f"wrote {lab.repo_relative(result)}")
 
 
@@ -135,18 +146,20 @@ def render() -> None:
               "lr 1e-5 (the scripts' pretrained default); the flags are in each row's command",
               "", "| script | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
               "minutes | code at |", "|---|---|---|---|---|---|---|"]
-    arms = {a: [r for r in results if r["arm"] == a] for a in ORDER}
-    for arm in ORDER:
-        for r in sorted(arms[arm], key=lambda r: r["seed"]):
-            s, e = r["start"], r["end"]
-            gain = 100 * (e["sampled/accuracy"] - s["sampled/accuracy"])
-            lines.append(f"| {LABELS[arm]} | {r['seed']} | {pct(s['greedy/accuracy'])} -> "
-                         f"{pct(e['greedy/accuracy'])} | {pct(s['sampled/accuracy'])} -> "
-                         f"{pct(e['sampled/accuracy'])} | {gain:+.1f} | "
-                         f"{r['wall_s'] / 60:.1f} | {r['commit']} |")
+    at_default = [r for r in results if r.get("lr", LR) == LR]  # results before --lr had none
+    arms = {a: [r for r in at_default if r["arm"] == a] for a in ORDER}
+    lines += [row(r) for arm in ORDER for r in sorted(arms[arm], key=lambda r: r["seed"])]
     missing = [a for a in ORDER if not arms[a]]
     if missing:
         lines += ["", "Not run yet: " + ", ".join(missing) + "."]
+    others = sorted((r for r in results if r["arm"] != "sft" and r.get("lr", LR) != LR),
+                    key=lambda r: (ORDER.index(r["arm"]), r["lr"], r["seed"]))
+    if others:
+        lines += ["", "## Other learning rates", "",
+                  "The same runs at another lr, everything else as above.", "",
+                  "| script | lr | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
+                  "minutes | code at |", "|---|---|---|---|---|---|---|---|"]
+        lines += [row(r, lr=True) for r in others]
     lines += ["", "## Commands", ""] + [f"- {r['arm']} seed {r['seed']}: `{r['cmd']}`"
                                         for r in results]
     write_readme_block(start, arms)
@@ -156,6 +169,16 @@ def render() -> None:
     with open(DOC, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {lab.repo_relative(DOC)}")
+
+
+def row(r: dict, lr: bool = False) -> str:
+    s, e = r["start"], r["end"]
+    gain = 100 * (e["sampled/accuracy"] - s["sampled/accuracy"])
+    lr_cell = f" {r['lr']:g} |" if lr else ""
+    return (f"| {LABELS[r['arm']]} |{lr_cell} {r['seed']} | "
+            f"{pct(s['greedy/accuracy'])} -> {pct(e['greedy/accuracy'])} | "
+            f"{pct(s['sampled/accuracy'])} -> {pct(e['sampled/accuracy'])} | {gain:+.1f} | "
+            f"{r['wall_s'] / 60:.1f} | {r['commit']} |")
 
 
 def write_readme_block(start: dict | None, arms: dict) -> None:
@@ -200,6 +223,8 @@ def main(argv=None) -> int:
     what.add_argument("--arm", choices=ORDER + ["all"], help="run one RL script (or each)")
     what.add_argument("--render", action="store_true", help="write docs/REAL-MODEL.md")
     p.add_argument("--seed", type=int, default=0, help="the RL run's seed")
+    p.add_argument("--lr", type=float, default=LR,
+                   help=f"the RL run's learning rate (default {LR:g}, the scripts' own)")
     args = p.parse_args(argv)
     if args.render:
         render()
@@ -207,7 +232,7 @@ def main(argv=None) -> int:
         run("sft", 0)
     else:
         for arm in ORDER if args.arm == "all" else [args.arm]:
-            run(arm, args.seed)
+            run(arm, args.seed, args.lr)
     return 0
 
 
