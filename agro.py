@@ -14,7 +14,6 @@ Departures: lambda_LR (1 in the paper) defaults to beta/2: at 1 the tiny model c
 Run: python agro.py --task countdown [--mode offpolicy]   More: docs/PAPERS.md, section [AGRO].
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -404,10 +403,11 @@ def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> 
 # ---- main(): every input checked before anything long starts, then the loop ---------------------
 def main(argv=None):
     parser, args = parse_args(argv)
-    run = Run(parser, args, keys={"model", "optimizer"})  # --resume, the run folder, checkpoint
+    # --resume, the run folder and its checkpoint (common.Run)
+    run = common.Run(parser, args, __file__, keys={"model", "optimizer"})
     common.setup(args.seed, args.threads)
     n_online = online_groups(args)
-    try:  # bad input: one line and exit 2 (saving and resuming: the run section)
+    try:  # bad input: one line and exit 2 (saving and resuming: common.Run)
         task = get_task(args.task)
         args.reward = args.reward or task.REWARD_VARIANTS[0]
         if args.reward not in task.REWARD_VARIANTS:
@@ -466,7 +466,7 @@ def main(argv=None):
         engine.sync(model)  # the new weights into the engine: the next groups come from them
         done = step + 1
         metrics.update(time_generate=t_generate, time_step=time.perf_counter() - t0)
-        last = done == args.steps or time.monotonic() > run.deadline
+        last = done == args.steps or run.out_of_time()
         if done % args.eval_every == 0 or last:
             metrics.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
         run.log(done, metrics)
@@ -476,96 +476,6 @@ def main(argv=None):
             break
     engine.close()
     return run.finish(model, tokenizer, stopped_early=done < args.steps)
-
-
-# ---- Run section: the same code in all five scripts (tests/test_run_section.py) ----------------
-class Run:
-    """The run folder: config.json (flags), metrics.jsonl (a row a step), checkpoint.pt (weights,
-    optimizer, RNGs, step) and final/. A kill loses what came after the last checkpoint, no more."""
-    def __init__(self, parser, args, keys: set):
-        """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2."""
-        self.script, self.args, self.state = os.path.basename(__file__), args, None
-        if args.resume is None:
-            args.out = args.out or time.strftime(
-                f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
-            if os.path.exists(os.path.join(args.out, "metrics.jsonl")):
-                parser.error(f"--out {args.out} holds a run already: --resume it or pick another")
-        else:  # one check covers every way a run folder can be wrong
-            try:
-                with open(path := os.path.join(args.resume, "config.json")) as f:
-                    vars(args).update(json.load(f), resume=args.resume, out=args.resume)
-                args.model = args.model_path  # the start model (`tiny`: the one built in RUN)
-                path = os.path.join(args.out, "checkpoint.pt")
-                self.state = torch.load(path, weights_only=False)
-                if self.state.get("script") != self.script or not keys <= set(self.state):
-                    raise ValueError(f"not a {self.script} checkpoint")
-                with open(path := os.path.join(args.out, "metrics.jsonl"), "rb") as f:
-                    size = sum(len(row) for row in f if row.endswith(b"\n")
-                               and json.loads(row)["step"] <= self.state["step"])
-                os.truncate(path, size)  # the rows after the checkpoint, or torn by a kill, go
-            except Exception as e:  # torch.load alone raises many kinds
-                parser.error(f"--resume {args.resume}: cannot use {path}: {e!r}")
-        self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
-
-    def begin(self, **objects) -> int:
-        """config.json (a new run), or `objects` and every RNG as saved; the step to start at."""
-        self.objects, self.wall = objects, time.time()
-        os.makedirs(self.args.out, exist_ok=True)
-        self.file = open(os.path.join(self.args.out, "metrics.jsonl"), "a", buffering=1)
-        if self.state is None:
-            with open(os.path.join(self.args.out, "config.json"), "w") as f:
-                json.dump(vars(self.args), f, indent=2, default=str)
-            return 0
-        for name, obj in objects.items():  # the model, AdamW, ...
-            obj.load_state_dict(self.state[name])
-        common.set_rng_state(self.state["rng"])
-        return self.state["step"]
-
-    def log(self, step: int, row: dict) -> None:
-        row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
-        self.file.write(json.dumps(row) + "\n")  # line-buffered: a kill tears the last row at most
-        if shown := [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]:
-            tqdm.write(f"step {step}: " + "  ".join(shown))
-
-    def checkpoint(self, step: int, **extra) -> None:
-        """checkpoint.pt: the objects given to begin(), every RNG, the step and `extra`."""
-        path = os.path.join(self.args.out, "checkpoint.pt")
-        torch.save({**{k: obj.state_dict() for k, obj in self.objects.items()}, **extra,
-                    "rng": common.rng_state(), "step": step, "script": self.script}, path + ".tmp")
-        os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
-
-    def finish(self, model, tokenizer, stopped_early: bool) -> str:
-        """final/ (a Hugging Face folder: any script's --model), then the closing lines."""
-        self.file.close()
-        for obj in (model, tokenizer):
-            obj.save_pretrained(os.path.join(self.args.out, "final"))
-        print("\n".join(closing_lines(self.args, stopped_early)))
-        return self.args.out
-
-
-def closing_lines(args, stopped_early: bool) -> list[str]:
-    """Held-out accuracy per size at the first and last evaluation, the run folder, what next."""
-    with open(os.path.join(args.out, "metrics.jsonl")) as f:
-        rows = [json.loads(row) for row in f]
-    evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
-    first, last, script = evals[0], evals[-1], os.path.basename(__file__)
-    lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
-    for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
-        shown = [(name, [100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last)])
-                 for name, mode in (("greedy", "greedy"), ("T = 1", "sampled"))
-                 if f"eval{size}/{mode}/accuracy" in first]
-        lines.append(f"  size {size}: " + ", ".join(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
-                                                     for name, (a, b) in shown))
-    if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
-        lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
-    if max([v for k, v in last.items() if k.endswith("/unfinished")], default=0) > 0.5:
-        lines.append(f"most held-out samples were cut at --max-new-tokens {args.max_new_tokens}")
-    lines.append(f"run folder: {args.out} (final model: {args.out}/final)")
-    if stopped_early:
-        lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
-    if script == "sft.py":
-        lines.append(f"next: python topr.py --task {args.task} --model {args.out}/final")
-    return lines
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The model side shared by sft.py, rloo.py, topr.py, agro.py and spo.py; each script holds its
-own run (flags, data, loss, loop, evaluation, checkpoint and resume). tasks/ holds the rewards.
+"""The model side shared by sft.py, rloo.py, topr.py, agro.py and spo.py, and the run's saving
+and loading; each script holds its paper (flags, data, loss, loop, evaluation). tasks/ holds the
+rewards.
 
   1. argparse types: bad input -> one line, exit 2     (positive_int, int_list, UsageError, ...)
   2. seeding, RNG state, CPU threads, TF32 on a GPU      (setup, rng_state, set_rng_state)
@@ -7,6 +8,7 @@ own run (flags, data, loss, loop, evaluation, checkpoint and resume). tasks/ hol
   4. prompts through the task and the chat template        (prompt_style, encode_prompts)
   5. log-probs of given completions, in fp32 chunks        (completion_logprobs, token_logprobs)
   6. generation engines with weight sync     (make_engine: KVEngine, HFEngine, VLLMEngine)
+  7. the run: folder, config, metrics, checkpoint, --resume, --time-limit, final/   (Run)
 
 The conventions that keep sampler and trainer in agreement (masks from lengths, EOS part of the
 completion, fp32 log-probs, the same positions, sampling from a SamplingConfig alone) and why:
@@ -25,10 +27,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 # vLLM makes torch.set_num_threads a no-op once an in-process CPU engine starts: keep the real one
 _set_num_threads = torch.set_num_threads
@@ -1006,3 +1010,99 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: 
                           max_model_len=PROMPT_ROOM + max_new_tokens,
                           weight_bytes=count_parameters(model) * getattr(torch, dtype).itemsize)
     raise UsageError(f"unknown engine {kind!r}; choose {', '.join(ENGINES)}")
+
+
+# ---- 7. The run: its folder, metrics, checkpoint, --resume, --time-limit, final/ ----------------
+class Run:
+    """The run folder: config.json (flags), metrics.jsonl (a row a step), checkpoint.pt (weights,
+    optimizer, RNGs, step) and final/. A kill loses what came after the last checkpoint, no more."""
+    def __init__(self, parser, args, script: str, keys: set):
+        """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2.
+        `script`: the algorithm file's path; `keys`: what its checkpoint must hold."""
+        self.script, self.args, self.state = os.path.basename(script), args, None
+        if args.resume is None:
+            args.out = args.out or time.strftime(
+                f"runs/{self.script[:-3]}-{args.task}-%Y%m%d-%H%M%S")
+            if os.path.exists(os.path.join(args.out, "metrics.jsonl")):
+                parser.error(f"--out {args.out} holds a run already: --resume it or pick another")
+        else:  # one check covers every way a run folder can be wrong
+            try:
+                with open(path := os.path.join(args.resume, "config.json")) as f:
+                    vars(args).update(json.load(f), resume=args.resume, out=args.resume)
+                args.model = args.model_path  # the start model (`tiny`: the one built in RUN)
+                path = os.path.join(args.out, "checkpoint.pt")
+                self.state = torch.load(path, weights_only=False)
+                if self.state.get("script") != self.script or not keys <= set(self.state):
+                    raise ValueError(f"not a {self.script} checkpoint")
+                with open(path := os.path.join(args.out, "metrics.jsonl"), "rb") as f:
+                    size = sum(len(row) for row in f if row.endswith(b"\n")
+                               and json.loads(row)["step"] <= self.state["step"])
+                os.truncate(path, size)  # the rows after the checkpoint, or torn by a kill, go
+            except Exception as e:  # torch.load alone raises many kinds
+                parser.error(f"--resume {args.resume}: cannot use {path}: {e!r}")
+        self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
+
+    def out_of_time(self) -> bool:
+        """Past --time-limit: the step just taken is the run's last (it saves, then stops)."""
+        return time.monotonic() > self.deadline
+
+    def begin(self, **objects) -> int:
+        """config.json (a new run), or `objects` and every RNG as saved; the step to start at."""
+        self.objects, self.wall = objects, time.time()
+        os.makedirs(self.args.out, exist_ok=True)
+        self.file = open(os.path.join(self.args.out, "metrics.jsonl"), "a", buffering=1)
+        if self.state is None:
+            with open(os.path.join(self.args.out, "config.json"), "w") as f:
+                json.dump(vars(self.args), f, indent=2, default=str)
+            return 0
+        for name, obj in objects.items():  # the model, AdamW, ...
+            obj.load_state_dict(self.state[name])
+        set_rng_state(self.state["rng"])
+        return self.state["step"]
+
+    def log(self, step: int, row: dict) -> None:
+        row = {"step": step, "time": round(time.time() - self.wall, 3), **row}
+        self.file.write(json.dumps(row) + "\n")  # line-buffered: a kill tears the last row at most
+        if shown := [f"{k}={v:.3f}" for k, v in row.items() if k.endswith("/accuracy")]:
+            tqdm.write(f"step {step}: " + "  ".join(shown))
+
+    def checkpoint(self, step: int, **extra) -> None:
+        """checkpoint.pt: the objects given to begin(), every RNG, the step and `extra`."""
+        path = os.path.join(self.args.out, "checkpoint.pt")
+        torch.save({**{k: obj.state_dict() for k, obj in self.objects.items()}, **extra,
+                    "rng": rng_state(), "step": step, "script": self.script}, path + ".tmp")
+        os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
+
+    def finish(self, model, tokenizer, stopped_early: bool) -> str:
+        """final/ (a Hugging Face folder: any script's --model), then the closing lines."""
+        self.file.close()
+        for obj in (model, tokenizer):
+            obj.save_pretrained(os.path.join(self.args.out, "final"))
+        print("\n".join(closing_lines(self.args, stopped_early, self.script)))
+        return self.args.out
+
+
+def closing_lines(args, stopped_early: bool, script: str) -> list[str]:
+    """Held-out accuracy per size at the first and last evaluation, the run folder, what next;
+    `script`: the algorithm file's name (topr.py)."""
+    with open(os.path.join(args.out, "metrics.jsonl")) as f:
+        rows = [json.loads(row) for row in f]
+    evals = [row for row in rows if any(k.startswith("eval") for k in row)] or [{"step": 0}]
+    first, last = evals[0], evals[-1]
+    lines = [f"{script} done. Held-out accuracy (%), step {first['step']} -> step {last['step']}:"]
+    for size in dict.fromkeys(k.split("/")[0][4:] for k in first if k.startswith("eval")):
+        shown = [(name, [100 * row[f"eval{size}/{mode}/accuracy"] for row in (first, last)])
+                 for name, mode in (("greedy", "greedy"), ("T = 1", "sampled"))
+                 if f"eval{size}/{mode}/accuracy" in first]
+        lines.append(f"  size {size}: " + ", ".join(f"{name} {a:.1f} -> {b:.1f} ({b - a:+.1f})"
+                                                     for name, (a, b) in shown))
+    if not any(row.get("grad_norm") and row.get("accuracy", 1) for row in rows):  # sft.py: none
+        lines.append("no learning signal: no step had a correct sample and a non-zero gradient")
+    if max([v for k, v in last.items() if k.endswith("/unfinished")], default=0) > 0.5:
+        lines.append(f"most held-out samples were cut at --max-new-tokens {args.max_new_tokens}")
+    lines.append(f"run folder: {args.out} (final model: {args.out}/final)")
+    if stopped_early:
+        lines.append(f"stopped at --time-limit; continue: python {script} --resume {args.out}")
+    if script == "sft.py":
+        lines.append(f"next: python topr.py --task {args.task} --model {args.out}/final")
+    return lines

@@ -224,12 +224,13 @@ def test_first_run_reads_the_gains_from_the_closing_lines_the_scripts_print(tmp_
     (a change of their wording fails here rather than in a 20-minute benchmark)."""
     import argparse
 
+    import common
     import first_run
-    import topr
     rows = [{"step": 0, "eval3/greedy/accuracy": 0.5, "eval3/sampled/accuracy": 0.25},
             {"step": 9, "eval3/greedy/accuracy": 0.625, "eval3/sampled/accuracy": 0.125}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    lines = topr.closing_lines(argparse.Namespace(out=str(tmp_path), task="countdown"), False)
+    lines = common.closing_lines(argparse.Namespace(out=str(tmp_path), task="countdown"), False,
+                                 "topr.py")
     found = [m.groups() for m in first_run.LINE.finditer("\n".join(lines))]
     assert found == [("3", "50.0", "62.5", "+12.5", "25.0", "12.5", "-12.5")]
 

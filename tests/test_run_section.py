@@ -1,5 +1,7 @@
-"""The run section at the end of each algorithm script: the same code in all five, tested once."""
+"""The run (common.Run and common.closing_lines): one copy that all five scripts call, tested
+once for each of them."""
 import argparse
+import ast
 import inspect
 import json
 import math
@@ -9,6 +11,7 @@ import shutil
 import pytest
 
 import agro
+import common
 import rloo
 import sft
 import spo
@@ -17,26 +20,16 @@ import topr
 SCRIPTS = {"sft": sft, "rloo": rloo, "topr": topr, "agro": agro, "spo": spo}
 
 
-RUN_SECTION = ["Run", "closing_lines"]
-
-
-@pytest.mark.parametrize("function", RUN_SECTION)
-def test_the_run_section_is_the_same_code_in_all_five_scripts(function):
-    sources = {name: inspect.getsource(getattr(m, function)) for name, m in SCRIPTS.items()}
-    assert len(set(sources.values())) == 1, f"{function} differs between scripts"
-
-
-def test_the_run_section_is_one_block_at_the_end_of_each_script():
-    """From its header to `if __name__`, the same text in all five, at most 90 lines: nothing else
-    sits in it."""
-    blocks = {}
-    for name, module in SCRIPTS.items():
-        text = inspect.getsource(module)
-        blocks[name] = text[text.index("# ---- Run section"):text.index('if __name__ ==')]
-    assert len(set(blocks.values())) == 1, "the run sections differ"
-    assert len(blocks["sft"].splitlines()) <= 90
-    assert all(f"\ndef {f}(" in blocks["sft"] or f"\nclass {f}:" in blocks["sft"]
-               for f in RUN_SECTION)
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_each_script_saves_and_loads_its_run_through_common_and_keeps_no_copy_of_its_own(name):
+    """The run folder, checkpoint, --resume and the closing lines live once, in common.py: a
+    script defines none of them and makes its run with common.Run(..., __file__, ...)."""
+    tree = ast.parse(inspect.getsource(SCRIPTS[name]))
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    assert not defined & {"Run", "closing_lines"}, f"{name}.py keeps its own copy"
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and ast.unparse(n.func) == "common.Run"]
+    assert len(calls) == 1 and ast.unparse(calls[0].args[2]) == "__file__"
 
 
 ROWS = [  # a run's metrics.jsonl: a start evaluation, a training row, a greedy-only one, the end
@@ -57,7 +50,7 @@ def test_the_closing_lines_say_what_the_run_did_and_what_comes_next(name, stoppe
     out.mkdir()
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     args = argparse.Namespace(out=str(out), task="countdown")
-    lines = SCRIPTS[name].closing_lines(args, stopped_early)
+    lines = common.closing_lines(args, stopped_early, f"{name}.py")
     assert lines[0] == f"{name}.py done. Held-out accuracy (%), step 0 -> step 3:"
     assert lines[1] == "  size 3: greedy 50.0 -> 60.0 (+10.0), T = 1 25.0 -> 50.0 (+25.0)"
     assert lines[2] == "  size 4: greedy 12.5 -> 25.0 (+12.5), T = 1 6.2 -> 0.0 (-6.2)"
@@ -80,7 +73,8 @@ def test_a_run_without_learning_signal_says_so_in_its_closing_lines(name, steps,
     rows = [ROWS[0]] + [{"step": i + 1, "grad_norm": g} | ({} if a is None else {"accuracy": a})
                         for i, (g, a) in enumerate(steps)] + [ROWS[3]]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    lines = SCRIPTS[name].closing_lines(argparse.Namespace(out=str(tmp_path), task="c"), False)
+    lines = common.closing_lines(argparse.Namespace(out=str(tmp_path), task="c"), False,
+                                  f"{name}.py")
     signal = "no learning signal: no step had a correct sample and a non-zero gradient"
     assert (signal in lines) == said
     assert lines[3].startswith("no learning signal" if said else "run folder:")  # after the sizes
@@ -289,7 +283,7 @@ def test_a_run_killed_at_a_random_moment_then_resumed_ends_as_if_never_stopped(n
     from conftest import metrics_rows
     argv = EVAL + BUDGETS[name] + BETWEEN[name]
     calls, first_save = [0, math.inf], []  # module calls so far, the call that kills
-    real_call, real_save = torch.nn.Module.__call__, SCRIPTS[name].Run.checkpoint
+    real_call, real_save = torch.nn.Module.__call__, common.Run.checkpoint
 
     def call(module, *a, **k):
         calls[0] += 1
@@ -301,7 +295,7 @@ def test_a_run_killed_at_a_random_moment_then_resumed_ends_as_if_never_stopped(n
         first_save.append(calls[0])
         return real_save(run, *a, **k)
     monkeypatch.setattr(torch.nn.Module, "__call__", call)
-    monkeypatch.setattr(SCRIPTS[name].Run, "checkpoint", save)
+    monkeypatch.setattr(common.Run, "checkpoint", save)
     straight = SCRIPTS[name].main(argv + ["--out", str(tmp_path / "straight")])
     total, after_first = calls[0], first_save[0]
     calls[:] = [0, random.Random(f"{name}-{seed}").randint(after_first + 1, total)]

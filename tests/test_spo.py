@@ -653,7 +653,7 @@ def test_cli_fuzz_every_flag_gives_one_line_and_status_2_or_is_accepted(flag, ti
     for value in ["abc", "-1", "0", "nan", "inf", "", "missing.jsonl"]:
         try:
             parser, args = spo.parse_args(base + [flag, value])
-            spo.Run(parser, args, keys=set())  # --resume's checks, as main() makes them
+            common.Run(parser, args, "spo.py", keys=set())  # --resume's checks, as in main()
             spo.check_args(args, parser)
         except SystemExit as e:
             err = capsys.readouterr().err
