@@ -3,11 +3,12 @@
 [CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning", §3.5
 [RLOO] Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
        from Human Feedback in LLMs", 2024, arXiv:2402.14740
-[RLOO] KL in the reward: R_i = r_i - beta sg(h_i), h = log pi - log pi_ref  regularised_rewards
 [CR] Eq. 2 leave-one-out baseline (its R^_i is A_i here)                    rloo_advantages
 [CR] Eq. 3 surrogate -1/k sum_i sg(A_i) log pi(y_i|x) (its P is pi)         rloo_loss
 k samples per prompt at T = 1 from the current weights, one update, sync    draw_batch, rloo_step
-Departures: beta = 0 in [CR], an option here (--beta); k = 4 where [CR] §6.1 used 16
+Option --beta > 0 ([RLOO]; [CR] has none): the KL in the reward,
+  R_i = r_i - beta sg(h_i), h = log pi - log pi_ref, in place of r_i       regularised_rewards
+Departures: k = 4 where [CR] §6.1 used 16
   groups whose A_i are all 0 get no pass (has_signal); the loss still divides by the whole batch
   lr: linear warm-up, then linear decay to 0 (TRL's; [CR] gives none for RLOO)  learning_rate
   --resample-uniform: dynamic sampling as in DAPO, off by default
@@ -47,6 +48,8 @@ def parse_args(argv=None):
     add("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     add("--group-size", type=common.positive_int, default=4, help="completions per prompt, k >= 2")
     add("--beta", type=common.nonnegative_float, default=0.0, help="KL penalty in R ([CR]: 0)")
+    add("--kl-diagnostic", action="store_true", help="log kl_to_ref = KL(pi || pi_ref) at each "
+        "evaluation; it loads pi_ref, which --beta > 0 loads (and measures) anyway")
     add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq", help="seq: as in Eq. 3")
     add("--reward", default=None, help="reward variant trained on; None: the task's first")
     add("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
@@ -254,8 +257,9 @@ def batch_metrics(task, batch: Batch) -> dict:
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
     """Held-out metrics per size (eval3/greedy/accuracy, ...; tasks/scoring.py): one greedy
-    completion and --eval-k at T = 1 per problem; then kl_to_ref, KL(pi || pi_ref) per sequence
-    by Monte Carlo: the mean h over KL_SAMPLES samples (T = 1) of KL_PROMPTS training prompts."""
+    completion and --eval-k at T = 1 per problem; then, where pi_ref is loaded, kl_to_ref,
+    KL(pi || pi_ref) per sequence by Monte Carlo: the mean h over KL_SAMPLES samples (T = 1) of
+    KL_PROMPTS training prompts."""
     model.eval()
     metrics = {}
     greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -264,6 +268,8 @@ def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> 
         for mode, sampling in [("greedy", greedy), ("sampled", t_1)]:
             groups = engine.generate(prompts, sampling)
             metrics.update(score(task, problems, groups, mode, args.reward, prefix=f"eval{size}/"))
+    if ref_model is None:  # beta = 0 without --kl-diagnostic
+        return metrics
     chosen = np.random.default_rng([args.seed, KL_STREAM]).choice(
         len(train_prompts), min(KL_PROMPTS, len(train_prompts)), replace=False)
     groups = engine.generate([train_prompts[i] for i in chosen], common.SamplingConfig(
@@ -303,7 +309,9 @@ def main(argv=None):
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
-        ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
+        ref_model = None  # pi_ref: for the KL term in R, or for the KL diagnostic alone
+        if args.beta > 0 or args.kl_diagnostic:
+            ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     style = common.prompt_style(model, tokenizer)

@@ -284,13 +284,29 @@ def test_short_run_learns_an_easy_puzzle_set(weak_sft, tmp_path):
 def test_vllm_engine_stays_in_sync_during_training(weak_sft, tmp_path):
     out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
                            "--prompts", "8", "--group-size", "4", "--lr", "5e-4", "--steps", "4",
-                           "--engine", "vllm", "--out", str(tmp_path / "run")])
+                           "--engine", "vllm", "--kl-diagnostic", "--out", str(tmp_path / "run")])
     first, *rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     assert len(rows) == 4
     # every step samples from the weights just trained
     assert all(r["logprob_gap"] < 1e-3 for r in rows)
     # the policy has moved away from the reference
     assert first["kl_to_ref"] == pytest.approx(0.0, abs=1e-6) and rows[-1]["kl_to_ref"] > 0.0
+
+
+@pytest.mark.parametrize("flags, loads_ref", [([], False), (["--kl-diagnostic"], True),
+                                               (["--beta", "0.1"], True)])
+def test_pi_ref_is_loaded_only_for_the_kl_term_or_the_kl_diagnostic(flags, loads_ref, weak_sft,
+                                                                     tmp_path, monkeypatch):
+    """[CR]'s beta = 0 needs no reference model: a second copy of the weights is loaded, and
+    kl_to_ref measured, only with --beta > 0 or when --kl-diagnostic asks for it."""
+    loads, real = [], common.load_model
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: loads.append(a) or real(*a, **k))
+    out = rloo.main(RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS),
+                           "--prompts", "2", "--group-size", "2", "--steps", "1", "--engine", "hf",
+                           "--out", str(tmp_path / "run"), *flags])
+    first, last = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    assert len(loads) == 1 + loads_ref, loads  # the policy, then pi_ref where it is needed
+    assert ("kl_to_ref" in first) == ("kl_to_ref" in last) == loads_ref
 
 
 def test_beta_puts_the_kl_to_the_reference_in_the_reward_and_logs_it(weak_sft, tiny_path, tmp_path):
