@@ -13,6 +13,7 @@ torch.set_num_threads(int(os.environ["TORCH_THREADS"]))  # before any test, -m p
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # noqa: E402
+from grading import checked  # noqa: E402
 from tasks import scoring  # noqa: E402
 
 SLOW = "slow: learning runs, kill and resume, end-to-end runs, TRL and vLLM (run with --slow)"
@@ -37,6 +38,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def graded(request, monkeypatch):
+    """In a -m paper test, each function its file names in GRADED (module, {name: (equation,
+    grad)}) is wrapped by grading.checked: a blank one fails with a message naming its equation."""
+    if "paper" not in request.keywords or not hasattr(request.module, "GRADED"):
+        return
+    module, functions = request.module.GRADED
+    for name, (equation, grad) in functions.items():
+        monkeypatch.setattr(module, name, checked(getattr(module, name), name, equation, grad))
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,11 @@
 """rloo.py: first the paper's claims on pure functions (-m paper), then learning, the vLLM sync,
-the KL's sign on a real model, resume and bad input."""
+the KL's sign on a real model, resume and bad input.
+
+Graded (a teacher blanks these in rloo.py; the -m paper tests grade a student's version):
+rloo_advantages ([CR] Eq. 2) and rloo_loss ([CR] Eq. 3). The expected values are written out in
+the tests, never computed with a function of rloo.py; a blank function fails with a message
+naming its equation (GRADED, tests/grading.py); python tests/grading_check.py rloo lists which
+tests catch which likely mistake."""
 import json
 import math
 import os
@@ -17,6 +23,8 @@ from conftest import (FOUR, SUMS, fuzz_flag, kill_when, logged_lines, metrics_ro
 from tasks import countdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The functions a student writes: (equation, whether its result carries the gradient)
+GRADED = (rloo, {"rloo_advantages": ("[CR] Eq. 2", False), "rloo_loss": ("[CR] Eq. 3", True)})
 
 
 # ---- The paper's claims on pure functions: no model, seconds (pytest tests/test_rloo.py -m paper)
@@ -25,15 +33,18 @@ def test_eq2_advantage_is_the_reward_minus_the_mean_of_the_other_rewards():
     """[CR] Eq. 2, A_i = R_i - 1/(k-1) sum_{j != i} R_j: by hand, against the definition written
     out, zero for equal rewards, and refused for k = 1 (no other reward)."""
     a = rloo.rloo_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]))
-    assert torch.allclose(a, torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3]]))
+    assert torch.allclose(a, torch.tensor([[2 / 3, -2 / 3, -2 / 3, 2 / 3]])), (
+        f"rloo_advantages([[1, 0, 0, 1]]) = {a.tolist()}: Eq. 2 gives 1 - 1/3 = 2/3 and "
+        "0 - 2/3 = -2/3 (a mean that includes the sample itself gives +-1/2)")
     assert a.sum().item() == pytest.approx(0.0, abs=1e-6)  # 0 up to float32 rounding
     r = torch.rand(5, 6, dtype=torch.float64)
     loo = r - (r.sum(-1, keepdim=True) - r) / 5  # the definition, written out
-    assert torch.allclose(rloo.rloo_advantages(r), loo, atol=1e-12)
+    assert torch.allclose(rloo.rloo_advantages(r), loo, atol=1e-12), (
+        "rloo_advantages: not R_i - the mean of the other k - 1 rewards of its own group (Eq. 2)")
     # no signal
     torch.testing.assert_close(rloo.rloo_advantages(torch.full((2, 3), 0.7)), torch.zeros(2, 3),
                                atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match="k >= 2"):
+    with pytest.raises(ValueError):  # any message: a lone sample has no other reward
         rloo.rloo_advantages(torch.tensor([[1.0]]))
 
 
@@ -49,9 +60,35 @@ def test_eq3_loss_and_its_gradient_by_hand_in_each_normalisation():
     assert rloo.rloo_loss(logprobs, mask, adv, "seq/len").item() == pytest.approx(
         -(-3 / 2 + 3 / 1) / 2)
     assert rloo.rloo_loss(logprobs, mask, adv, "token").item() == pytest.approx(-(-1 - 2 + 3) / 3)
+    adv.requires_grad_(True)  # sg(A): the loss must not send a gradient into A
     rloo.rloo_loss(logprobs, mask, adv, "seq").backward()
     # padding gets no gradient
     torch.testing.assert_close(logprobs.grad, torch.tensor([[-0.5, -0.5, 0.0], [0.5, 0.0, 0.0]]))
+    assert adv.grad is None, "rloo_loss: a gradient reached A: Eq. 3 has sg(A_i) (.detach())"
+
+
+@pytest.mark.paper
+def test_eq3_stops_the_gradient_at_a_and_masks_padding_on_a_group():
+    """[CR] Eqs. 2-3 on one group of k = 3 whose rewards carry a gradient (as R = r - beta h would
+    without its sg): rewards (1, 0, 0.5) give A = (0.75, -0.75, 0); padding holds -50. The loss is
+    -1/3 sum_i A_i LP_i with LP_i over completion tokens only, its gradient -A_i/3 on each of y_i's
+    tokens, and none reaches the rewards."""
+    rewards = torch.tensor([[1.0, 0.0, 0.5]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    logprobs = (torch.tensor([[-1.0, -2.0, 0.0], [-2.0, 0.0, 0.0], [-1.0, -1.0, -2.0]])
+                + (1 - mask) * -50).requires_grad_(True)
+    loss = rloo.rloo_loss(logprobs, mask, rloo.rloo_advantages(rewards).view(-1), "seq")
+    expected = -(0.75 * -3 + -0.75 * -2 + 0.0 * -4) / 3
+    assert loss.item() == pytest.approx(expected, abs=1e-6), (
+        f"rloo_loss = {loss.item()}, Eqs. 2-3 give {expected} (sum over completion tokens only, "
+        "mean over the k sequences, A = R_i - the mean of the others)")
+    loss.backward()
+    a = torch.tensor([0.75, -0.75, 0.0])
+    assert torch.allclose(logprobs.grad, -a[:, None] / 3 * mask), (
+        f"rloo_loss: gradient {logprobs.grad.tolist()}, Eq. 3 gives -A_i/k on y_i's tokens and 0 "
+        "on padding")
+    assert rewards.grad is None or not rewards.grad.any(), (
+        "rloo_loss: a gradient reached the rewards through A: Eq. 3 has sg(A_i) (.detach())")
 
 
 @pytest.mark.paper
@@ -221,8 +258,10 @@ def test_rloo_step_passes_over_groups_without_signal_yet_takes_the_whole_batchs_
     flat = [s for g in groups() for s in g.samples]
     lp, mask = common.completion_logprobs(expected, [s.prompt_ids for s in flat],
                                           [s.ids for s in flat], 3)
-    advantages = rloo.rloo_advantages(torch.tensor([g.rewards for g in groups()])).view(-1)
-    rloo.rloo_loss(lp, mask, advantages).backward()
+    # Eqs. 2-3 written out (no function of rloo.py): k = 2, so A_i = R_i - R_other: group a's
+    # rewards (1, 0) give (1, -1), group b's (1, 1) give (0, 0); the loss is the mean over all 4
+    advantages = torch.tensor([1.0, -1.0, 0.0, 0.0])
+    (-(advantages * (lp * mask).sum(-1)).mean()).backward()
     assert torch.allclose(model.table.detach(), expected.table.detach() - expected.table.grad,
                           atol=1e-6)
     assert not torch.allclose(model.table.detach(), expected.table.detach())

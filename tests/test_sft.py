@@ -1,6 +1,13 @@
 """sft.py: first the paper's claims on pure functions (-m paper), then the data, learning, an
-end-to-end run, resume, and bad input."""
+end-to-end run, resume, and bad input.
+
+Graded (a teacher blanks these in sft.py; the -m paper tests grade a student's version):
+sft_loss ([CR] Eq. 1) and lr_lambda ([CR] §4.4's schedule). The expected values are written out
+in the tests, never computed with a function of sft.py; a blank function fails with a message
+naming its equation (GRADED, tests/grading.py); python tests/grading_check.py sft lists which
+tests catch which likely mistake."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,6 +22,9 @@ from conftest import (fit, fuzz_flag, kill_when, logged_lines, metrics_rows, run
 from tasks import countdown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The functions a student writes: (equation, whether its result carries the gradient)
+GRADED = (sft, {"sft_loss": ("[CR] Eq. 1", True),
+                "lr_lambda": ("[CR] §4.4's warm-up and cosine decay", False)})
 
 
 # ---- The paper's claims on pure functions: no model, seconds (pytest tests/test_sft.py -m paper)
@@ -24,8 +34,13 @@ def test_eq1_counts_completion_tokens_only_and_normalises_by_tokens_or_sequences
     `token` divides the sum by the completion tokens, `seq` (Eq. 1 as written) by the sequences."""
     logprobs = torch.tensor([[-1.0, -2.0, 0.0], [-3.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    assert sft.sft_loss(logprobs, mask, "token").item() == pytest.approx(6 / 3)
-    assert sft.sft_loss(logprobs, mask, "seq").item() == pytest.approx((3 + 3) / 2)
+    token, seq = sft.sft_loss(logprobs, mask, "token").item(), sft.sft_loss(logprobs, mask, "seq")
+    assert token == pytest.approx(6 / 3), (
+        f"sft_loss(norm='token') = {token}: Eq. 1's NLL summed over the 3 completion tokens, "
+        "divided by 3, is 2 (a sign flipped gives -2)")
+    assert seq.item() == pytest.approx((3 + 3) / 2), (
+        f"sft_loss(norm='seq') = {seq.item()}: Eq. 1 as written, the mean over the 2 sequences of "
+        "each one's NLL, is 3")
     # padding positions carry garbage on purpose: the mask must remove them
     assert sft.sft_loss(logprobs + (1 - mask) * -50, mask, "token").item() == pytest.approx(2.0)
 
@@ -43,8 +58,35 @@ def test_eq1_per_sequence_is_length_times_per_token_for_equal_lengths():
 def test_lr_warms_up_linearly_then_decays_by_cosine_to_zero():
     """[CR] §4.4, 500 warm-up steps then cosine annealing: lr(s) = peak s / 500 for s < 500, then
     peak (1 + cos(pi (s - 500) / (total - 500))) / 2, 0 at the last step."""
-    lr = [1e-5 * sft.lr_lambda(s, 500, 5000) for s in (0, 250, 500, 2750, 5000)]
-    assert lr == pytest.approx([0.0, 5e-6, 1e-5, 5e-6, 0.0], abs=1e-12)
+    lr = [1e-5 * sft.lr_lambda(s, 500, 5000) for s in (0, 250, 500, 1625, 2750, 5000)]
+    quarter = 0.5e-5 * (1 + math.cos(math.pi / 4))  # a quarter of the way down: cosine, not linear
+    assert lr == pytest.approx([0.0, 5e-6, 1e-5, quarter, 5e-6, 0.0], abs=1e-12), (
+        f"lr_lambda: lr at steps 0, 250, 500, 1625, 2750, 5000 is {lr}")
+
+
+@pytest.mark.paper
+def test_eq1_gradient_is_minus_one_over_the_count_on_each_completion_token():
+    """[CR] Eq. 1's gradient: d L / d log P(y_t) = -1/(completion tokens) for `token`, -1/N for
+    `seq`, on every completion token, and 0 on padding, whatever it holds (here -50)."""
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    for norm, per_token in (("token", -1 / 4), ("seq", -1 / 2)):
+        logprobs = (-torch.rand(2, 4) + (1 - mask) * -50).requires_grad_(True)
+        sft.sft_loss(logprobs, mask, norm).backward()
+        assert torch.allclose(logprobs.grad, per_token * mask), (
+            f"sft_loss(norm={norm!r}): gradient {logprobs.grad.tolist()}, Eq. 1 gives {per_token} "
+            "on each completion token and 0 on padding")
+
+
+@pytest.mark.paper
+def test_lr_at_every_step_is_linear_then_a_half_cosine():
+    """[CR] §4.4 written out at every step of a short run (10 warm-up steps of 110): s/10 while
+    s < 10, then (1 + cos(pi (s - 10)/100)) / 2: 1 at the end of the warm-up, 0 at the last step."""
+    def written_out(s):
+        return s / 10 if s < 10 else 0.5 * (1 + math.cos(math.pi * (s - 10) / 100))
+    for s in range(111):
+        assert sft.lr_lambda(s, 10, 110) == pytest.approx(written_out(s), abs=1e-12), (
+            f"lr_lambda at step {s} of 110 (10 warm-up steps): {sft.lr_lambda(s, 10, 110)}, "
+            f"§4.4 gives {written_out(s)}")
 
 
 # ---- The rest: the data, learning, runs, resume and bad input ------------------------------------

@@ -5,6 +5,13 @@ taper (Eq. 11), alpha in log space (Eq. 7), the one loss path and Eq. 8, R - c a
 Then the tiny model end to end: the data file, --data reuse, resume after a kill (SIGKILL of a real
 process) or Ctrl-C, non-finite losses, bad files and flags.
 
+Graded (a teacher blanks these in topr.py; the -m paper tests grade a student's version):
+in_t_plus (Eq. 7's set T+), truncated_ratio (Eq. 7's alpha = [pi/mu]_a^b in log space) and
+topr_loss (Eq. 7, Eq. 8 with TOPR's limits). The expected values are written out in the tests,
+never computed with a function of topr.py; a blank function fails with a message naming its
+equation (GRADED, tests/grading.py); python tests/grading_check.py topr lists which tests catch
+which likely mistake.
+
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
        learning for LLMs", 2025, arXiv:2503.14286.
 [CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning"."""
@@ -25,6 +32,10 @@ import common
 import topr
 from conftest import run_until_killed, write_jsonl
 
+# The functions a student writes: (equation, whether its result carries the gradient)
+GRADED = (topr, {"in_t_plus": ("[TOPR] Eq. 7's set T+ (R - c >= split)", False),
+                 "truncated_ratio": ("[TOPR] Eq. 7's alpha = [pi/mu]_a^b", False),
+                 "topr_loss": ("[TOPR] Eq. 7 (Eq. 8 with TOPR's limits)", True)})
 LIMIT_SETS = [topr.LIMITS[name] for name in ("topr", "naive", "tis", "is", "sft")] + [
     (0.5, 2.0, 0.2, 3.0)]
 
@@ -65,11 +76,18 @@ def _token_logprobs(logits, ids, mask):
 
 
 def eq8_written_out(lp, mask, lp_mu, rewards, c=0.0, split=0.0, norm="seq/len"):
-    """[TOPR] Eq. 8 as the paper writes it: R - c on T+, sg([pi/mu]_0^1) (R - c) on T-."""
+    """[TOPR] Eq. 8 as the paper writes it: R - c on T+, sg([pi/mu]_0^1) (R - c) on T-, then
+    -1/N sum_i weight_i LP_i, each LP_i over its length T_i (seq/len), or per token (token).
+    Written out in full: no function of topr.py."""
     r_minus_c = rewards - c
     ratio = torch.exp(torch.clamp((lp.detach() * mask).sum(-1) - lp_mu, max=0.0))  # [pi/mu]_0^1
     weight = torch.where(r_minus_c >= split, r_minus_c, ratio * r_minus_c)  # T+ sum, T- sum
-    return topr.weighted_logprob_loss(weight, lp, mask, norm)
+    if norm == "token":
+        return -(weight[:, None] * lp * mask).sum() / mask.sum()
+    seq = (lp * mask).sum(-1)  # LP_i
+    if norm == "seq/len":
+        seq = seq / mask.sum(-1)
+    return -(weight * seq).mean()
 
 
 def _tabular_run(limits, steps, seed=0, lr=0.1):
@@ -192,6 +210,29 @@ def test_log_space_ratio_is_finite_for_1000_token_sequences():
 
 
 @pytest.mark.paper
+@pytest.mark.parametrize("tokens", [2, 1000])
+def test_alpha_depends_on_lp_minus_lp_mu_alone_even_for_1000_tokens(tokens):
+    """Eq. 7's alpha in log space, by hand: three sequences of `tokens` tokens with LP - LP_mu =
+    (-1, 0.5, -2), R = (-1, -1, 1). alpha = (e^-1, 1, 1): a negative's ratio below 1, a negative's
+    capped at b- = 1, a positive's at 1 (T+). With norm "seq" the gradient on every token of y_i is
+    -alpha_i R_i / 3, whatever LP is: at 1,000 tokens (LP = -900) too, where a ratio formed in
+    linear space, exp(LP) / exp(LP_mu), is 0/0."""
+    logprobs = torch.full((3, tokens), -0.9, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(3, tokens, dtype=torch.float64)
+    lp_mu = -0.9 * tokens - torch.tensor([-1.0, 0.5, -2.0], dtype=torch.float64)
+    rewards = torch.tensor([-1.0, -1.0, 1.0], dtype=torch.float64)
+    topr.topr_loss(logprobs, mask, lp_mu, rewards, norm="seq").backward()
+    alpha = torch.tensor([math.exp(-1), 1.0, 1.0], dtype=torch.float64)
+    expected = (-alpha * rewards / 3)[:, None].expand(3, tokens)
+    assert torch.isfinite(logprobs.grad).all(), (
+        "topr_loss: a NaN gradient at LP = -900: is pi/mu formed in linear space (Eq. 7 needs "
+        "exp(LP - LP_mu), never exp(LP))?")
+    assert torch.allclose(logprobs.grad, expected, atol=1e-12), (
+        f"topr_loss: gradient rows {logprobs.grad[:, 0].tolist()}, Eq. 7 gives -alpha_i R_i / N = "
+        f"{expected[:, 0].tolist()} (alpha = (e^-1, 1, 1): [pi/mu]_0^1 on T-, 1 on T+)")
+
+
+@pytest.mark.paper
 @pytest.mark.parametrize("norm", ["seq/len", "seq", "token"])
 def test_one_loss_path_with_topr_limits_is_eq8s_two_sums(norm):
     """Eq. 8: topr_loss (Eq. 7 with LIMITS["topr"], the one loss path) and Eq. 8's two sums written
@@ -199,7 +240,7 @@ def test_one_loss_path_with_topr_limits_is_eq8s_two_sums(norm):
     Table 1 differ on the same batch."""
     logits, ids, mask, lp_mu = _batch(seed=5)
     rewards = torch.tensor([1.0, -1.0, 1.0, -1.0, -1.0, 0.1], dtype=torch.float64)
-    for kw in ({}, {"c": -0.8}, {"c": 0.0, "split": 1.0}):
+    for kw in ({}, {"c": -0.8}, {"c": 0.5}, {"c": 0.0, "split": 1.0}):
         lp = _token_logprobs(logits, ids, mask)
         mu = lp.detach().sum(-1) + torch.tensor([0.5, -0.5, 2.0, 1.0, -3.0, 0.2])  # ratios >, < 1
         canonical = eq8_written_out(lp, mask, mu, rewards, norm=norm, **kw)
