@@ -173,12 +173,6 @@ def ratio_no_exp(log_ratio, positive, a_pos, b_pos, a_neg, b_neg):
     return torch.log(real(topr, "truncated_ratio")(log_ratio, positive, a_pos, b_pos, a_neg, b_neg))
 
 
-def ratio_linear_space(log_ratio, positive, a_pos, b_pos, a_neg, b_neg):
-    lo = torch.where(positive, a_pos, a_neg).to(log_ratio.dtype)
-    hi = torch.where(positive, b_pos, b_neg).to(log_ratio.dtype)
-    return torch.minimum(torch.maximum(torch.exp(log_ratio), lo), hi)
-
-
 def _topr(logprobs, mask, rewards, c, norm, alpha, weight=None):
     weight = alpha * (rewards - c) if weight is None else weight
     return real(topr, "weighted_logprob_loss")(weight, logprobs, mask, norm)
@@ -482,7 +476,6 @@ MISTAKES = {
         ("truncated_ratio", "a and b swapped", ratio_a_b_swapped),
         ("truncated_ratio", "no upper cap b", ratio_no_upper_cap),
         ("truncated_ratio", "the clamped log ratio, no exp", ratio_no_exp),
-        ("truncated_ratio", "clamped in linear space", ratio_linear_space),
         ("topr_loss", "sign flipped", topr_loss_sign),
         ("topr_loss", "no stop-gradient on alpha", topr_loss_no_stop_gradient),
         ("topr_loss", "weight R, not R - c", topr_loss_weight_r_not_r_minus_c),

@@ -2,6 +2,13 @@
 the losses, a tabular convergence check), then Theorem 2.2 on the tiny model, then the script:
 learning, offline data, the Q0 cache, exact resume, faults and bad input.
 
+Graded (a teacher blanks these in spo.py; the -m paper tests grade a student's version):
+q0_from_successes (§3.1.3's Q0_hat), cumulative_q (Eqs. 11-12), ce_loss (§3.1.1's clipped
+cross-entropy) and spo_loss (Eq. 13 and §3.1.2's objectives). The expected values are written out
+in the tests, never computed with a function of spo.py; a blank function fails with a message
+naming its equation (GRADED, tests/grading.py); python tests/grading_check.py spo lists which
+tests catch which likely mistake.
+
 [SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
 for Sequence Models", 2025, arXiv:2503.05453."""
 import copy
@@ -22,6 +29,11 @@ from conftest import FOUR, run_until_killed, sampled, write_jsonl
 from tasks import countdown
 
 BETA = spo.BETA
+# The functions a student writes: (equation, whether its result carries the gradient)
+GRADED = (spo, {"q0_from_successes": ("[SPO] §3.1.3's Q0_hat", False),
+                "cumulative_q": ("[SPO] Eqs. 11-12's Q_t", True),
+                "ce_loss": ("[SPO] §3.1.1's clipped cross-entropy", True),
+                "spo_loss": ("[SPO] Eq. 13 and §3.1.2's objectives", True)})
 
 
 # ---- The paper's claims on pure functions: no model, seconds (pytest tests/test_spo.py -m paper)
@@ -31,8 +43,10 @@ def test_q0_hat_is_the_soft_value_of_the_success_rate():
     {0, -1}, at beta = 1/ln 1e5, against values computed by hand."""
     s = torch.tensor([0, 1, 200, 400, 800])
     q0 = spo.q0_from_successes(s, torch.full_like(s, 800), BETA)
-    assert torch.allclose(q0, torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0],
-                                           dtype=torch.float64), atol=1e-5)
+    expected = torch.tensor([-1.0, -0.57993, -0.12041, -0.06021, 0.0], dtype=torch.float64)
+    assert torch.allclose(q0, expected, atol=1e-5), (
+        f"q0_from_successes for S0 = 0, 1/800, 1/4, 1/2, 1: {q0.tolist()}, §3.1.3 gives "
+        f"{expected.tolist()}")
 
 
 @pytest.mark.paper
@@ -50,12 +64,16 @@ def test_q_is_path_consistent_and_right_padding_changes_nothing():
     a = BETA * (lp - ref) * mask
     # Theorem 2.3 on every interval, and Q_T = Q0 + beta (LP - LP_0)
     for i, n in enumerate([6, 4, 1]):
-        assert q_T[i].item() == pytest.approx(q0[i].item() + a[i, :n].sum().item(), abs=1e-6)
+        assert q_T[i].item() == pytest.approx(q0[i].item() + a[i, :n].sum().item(), abs=1e-6), (
+            f"cumulative_q: Q_T = {q_T[i].item()} for sequence {i}, Eq. 13 gives Q0_hat + beta "
+            f"(LP - LP_0) = {q0[i].item() + a[i, :n].sum().item()}")
         for t1 in range(1, n + 1):
             for t2 in range(t1, n + 1):
                 before = q[i, t1 - 2] if t1 > 1 else q0[i]
-                assert (q[i, t2 - 1] - before).item() == pytest.approx(a[i, t1 - 1:t2].sum().item(),
-                                                                      abs=1e-6)
+                assert (q[i, t2 - 1] - before).item() == pytest.approx(
+                    a[i, t1 - 1:t2].sum().item(), abs=1e-6), (
+                    f"cumulative_q: Q_{t2} - Q_{t1 - 1} is not the sum of A_t for t = {t1}..{t2} "
+                    "(Eqs. 11-12: Q_t = Q0_hat + sum_{t' <= t} A_t')")
     # padding on the right changes nothing
     pad = torch.zeros(3, 3, dtype=torch.float64)
     q2, q_T2 = spo.cumulative_q(torch.cat([lp * mask, pad], 1), torch.cat([ref * mask, pad], 1),
@@ -110,15 +128,21 @@ def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objectiv
     """§3.1.1-3.1.2, L(Q_T, r) for L = (y_hat - y)^2, the clipped cross-entropy on Q/beta minus the
     target's entropy, and the sigmoid-warped advantage regression: 0 at Q_T = r, positive elsewhere,
     and equal to its closed form from the paper's definitions at every point (_closed_form)."""
-    assert _terminal(r, r, objective, loss).abs().item() < 1e-6
+    at_target = _terminal(r, r, objective, loss).item()
+    assert abs(at_target) < 1e-6, (
+        f"spo_loss({objective}, {loss}) = {at_target} at Q_T = r = {r}: §3.1.1-3.1.2's losses "
+        "are 0 there (ce_loss: minus the target's entropy)")
     others = [x for x in torch.linspace(-1.6, -0.02, 40).tolist() if abs(x - r) > 1e-3]
     if objective == "advantage" or loss == "sq":
         # above 0 as well; ce treats every Q_T >= 0 as a success by design (relu)
         others += [0.3, 2.0]
     for q_T in others:
         assert _terminal(q_T, r, objective, loss).item() > 0, q_T
-        assert _terminal(q_T, r, objective, loss).item() == pytest.approx(
-            _closed_form(objective, loss, q_T, r), rel=1e-4, abs=1e-7), q_T
+        value, closed = _terminal(q_T, r, objective, loss).item(), _closed_form(objective, loss,
+                                                                               q_T, r)
+        assert value == pytest.approx(closed, rel=1e-4, abs=1e-7), (
+            f"spo_loss({objective}, {loss}) at Q_T = {q_T}, r = {r}: {value}, the paper's "
+            f"definition gives {closed}")
 
 
 @pytest.mark.paper
@@ -151,14 +175,21 @@ def test_reverse_q_residuals_equal_the_terminal_one():
     assert torch.allclose((q - targets) * mask, (q_T - r)[:, None] * mask, atol=1e-6)
     spo.spo_loss(q, q_T, mask, q0, r, BETA, "nonterminal", "sq").backward()
     lengths = torch.tensor([5.0, 3.0])
-    expected = (2 * BETA * (q_T - r).detach()[:, None] * (lengths[:, None] - torch.arange(5)) * mask
+    # Q_T = Q0_hat + beta (LP - LP_0), written out (Eq. 13)
+    q_T_by_hand = (q0 + BETA * ((lp - ref) * mask).sum(-1)).detach()
+    expected = (2 * BETA * (q_T_by_hand - r)[:, None] * (lengths[:, None] - torch.arange(5)) * mask
                 / 2)
-    assert torch.allclose(lp.grad, expected, atol=1e-6)
+    assert torch.allclose(lp.grad, expected, atol=1e-6), (
+        f"spo_loss(nonterminal, sq): gradient on log pi {lp.grad.tolist()}, §3.1.2 gives "
+        f"{expected.tolist()} (a sum over tokens, targets R_t without gradient)")
     # the terminal squared loss spreads the same error evenly over the tokens
     lp.grad = None
     q, q_T = spo.cumulative_q(lp * mask, ref * mask, mask, q0, BETA)
     spo.spo_loss(q, q_T, mask, q0, r, BETA, "terminal", "sq").backward()
-    assert torch.allclose(lp.grad, 2 * BETA * (q_T - r).detach()[:, None] * mask / 2, atol=1e-6)
+    expected = 2 * BETA * (q_T_by_hand - r)[:, None] * mask / 2
+    assert torch.allclose(lp.grad, expected, atol=1e-6), (
+        f"spo_loss(terminal, sq): gradient on log pi {lp.grad.tolist()}, Eq. 13 gives "
+        f"{expected.tolist()}")
 
 
 @pytest.mark.paper
