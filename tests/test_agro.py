@@ -10,7 +10,7 @@ regularised_rewards (§3.1's r_pi), loo_baseline and agro_offpolicy_weights (Eq.
 agro_onpolicy_weights (Eqs. 5-6) and agro_loss (§8's surrogate). The expected values are written
 out in the tests or are the exact gradients of the paper's objectives, never computed with a
 function of agro.py; a blank function fails with a message naming its equation (GRADED,
-tests/grading.py); python tests/grading_check.py agro lists which tests catch which likely
+tests/conftest.py); python tests/grading_check.py agro lists which tests catch which likely
 mistake. klpg_loss and token_kl (§8's KL-PG, the foil) are tested below but not graded.
 
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",

@@ -4,7 +4,7 @@ the KL's sign on a real model, resume and bad input.
 Graded (a teacher blanks these in rloo.py; the -m paper tests grade a student's version):
 rloo_advantages ([CR] Eq. 2) and rloo_loss ([CR] Eq. 3). The expected values are written out in
 the tests, never computed with a function of rloo.py; a blank function fails with a message
-naming its equation (GRADED, tests/grading.py); python tests/grading_check.py rloo lists which
+naming its equation (GRADED, tests/conftest.py); python tests/grading_check.py rloo lists which
 tests catch which likely mistake."""
 import json
 import math

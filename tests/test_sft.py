@@ -4,7 +4,7 @@ end-to-end run, resume, and bad input.
 Graded (a teacher blanks these in sft.py; the -m paper tests grade a student's version):
 sft_loss ([CR] Eq. 1) and lr_lambda ([CR] §4.4's schedule). The expected values are written out
 in the tests, never computed with a function of sft.py; a blank function fails with a message
-naming its equation (GRADED, tests/grading.py); python tests/grading_check.py sft lists which
+naming its equation (GRADED, tests/conftest.py); python tests/grading_check.py sft lists which
 tests catch which likely mistake."""
 import json
 import math
@@ -102,9 +102,9 @@ def test_tiny_model_memorises_four_examples(tiny):
     assert loss < 0.05, f"loss {loss:.3f} after 300 steps"
 
 
-TINY_RUN = ["--steps", "6", "--eval-every", "3", "--eval-size", "4", "--train-size", "40",
-            "--batch-size", "8", "--eval-k", "2", "--max-new-tokens", "12", "--threads", "1",
-            "--warmup", "2"]
+TINY_RUN = ["--steps", "6", "--eval-every", "3", "--save-every", "3", "--eval-size", "4",
+            "--train-size", "40", "--batch-size", "8", "--eval-k", "2", "--max-new-tokens", "12",
+            "--threads", "1", "--warmup", "2"]
 
 
 def test_end_to_end_run_writes_metrics_checkpoint_and_final_model(tmp_path):
@@ -214,8 +214,9 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_metrics(moment, tmp_pat
 # string or a missing path: exit 2 with one line, or a normal start. Runs up to the model load only.
 SFT_FLAGS = ["--task", "--model", "--data", "--out", "--resume", "--steps", "--batch-size",
              "--grad-accum", "--lr", "--warmup", "--weight-decay", "--clip", "--loss-norm",
-             "--max-len", "--sizes", "--train-size", "--eval-sizes", "--eval-every", "--eval-size",
-             "--eval-k", "--max-new-tokens", "--reward", "--engine", "--seed", "--threads"]
+             "--max-len", "--sizes", "--train-size", "--eval-sizes", "--eval-every",
+             "--save-every", "--eval-size", "--eval-k", "--max-new-tokens", "--reward", "--engine",
+             "--seed", "--threads"]
 
 
 @pytest.mark.parametrize("flag", SFT_FLAGS)

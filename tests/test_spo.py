@@ -6,7 +6,7 @@ Graded (a teacher blanks these in spo.py; the -m paper tests grade a student's v
 q0_from_successes (§3.1.3's Q0_hat), cumulative_q (Eqs. 11-12), ce_loss (§3.1.1's clipped
 cross-entropy) and spo_loss (Eq. 13 and §3.1.2's objectives). The expected values are written out
 in the tests, never computed with a function of spo.py; a blank function fails with a message
-naming its equation (GRADED, tests/grading.py); python tests/grading_check.py spo lists which
+naming its equation (GRADED, tests/conftest.py); python tests/grading_check.py spo lists which
 tests catch which likely mistake.
 
 [SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
@@ -143,6 +143,31 @@ def test_each_loss_is_zero_exactly_at_the_reward_and_positive_elsewhere(objectiv
         assert value == pytest.approx(closed, rel=1e-4, abs=1e-7), (
             f"spo_loss({objective}, {loss}) at Q_T = {q_T}, r = {r}: {value}, the paper's "
             f"definition gives {closed}")
+
+
+@pytest.mark.paper
+@pytest.mark.parametrize("objective", ["terminal", "nonterminal"])
+def test_ce_above_zero_a_success_is_left_alone_and_a_failure_pushed_down(objective):
+    """§3.1.1's clipped cross-entropy at Q_T = 0.3 (Q/beta = 3.5 > 0, not a log-probability): for a
+    success (r = 0) the loss and its gradient are 0 (relu(-y_hat): nothing pushes Q above 0); for a
+    failure (r = -1) the loss is finite (y_hat clipped to -eps before log(1 - e^y_hat)) and its
+    gradient still pushes Q_T down (the clip is straight-through, not a cut gradient)."""
+    for r in (0.0, -1.0):
+        q_T = torch.tensor([0.3], requires_grad=True)
+        value = spo.spo_loss(q_T[:, None], q_T, torch.ones(1, 1), torch.full((1,), -0.4),
+                             torch.full((1,), r), BETA, objective, "ce")
+        value.backward()
+        if r == 0.0:
+            assert value.item() == 0.0 and q_T.grad.item() == 0.0, (
+                f"spo_loss({objective}, ce) for a success at Q_T = 0.3: {value.item()}, gradient "
+                f"{q_T.grad.item()}; §3.1.1's x relu(-y_hat) term makes both 0")
+        else:
+            assert math.isfinite(value.item()) and value.item() > 0, (
+                f"spo_loss({objective}, ce) for a failure at Q_T = 0.3: {value.item()}; y_hat is "
+                "clipped to -eps before log(1 - e^y_hat) (§3.1.1)")
+            assert q_T.grad.item() > 0, (
+                f"spo_loss({objective}, ce) for a failure at Q_T = 0.3: gradient {q_T.grad.item()}"
+                ", nothing pushes Q_T down: the clip must pass y_hat's gradient (straight-through)")
 
 
 @pytest.mark.paper

@@ -9,7 +9,7 @@ Graded (a teacher blanks these in topr.py; the -m paper tests grade a student's 
 in_t_plus (Eq. 7's set T+), truncated_ratio (Eq. 7's alpha = [pi/mu]_a^b in log space) and
 topr_loss (Eq. 7, Eq. 8 with TOPR's limits). The expected values are written out in the tests,
 never computed with a function of topr.py; a blank function fails with a message naming its
-equation (GRADED, tests/grading.py); python tests/grading_check.py topr lists which tests catch
+equation (GRADED, tests/conftest.py); python tests/grading_check.py topr lists which tests catch
 which likely mistake.
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient reinforcement
