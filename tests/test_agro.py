@@ -217,6 +217,15 @@ def test_offpolicy_weights_are_the_gradient_of_the_sample_variance():
     (consistency_loss(r[arms], lp2 - ref_logp[arms], beta) / beta).backward()
     assert (th1.grad - th2.grad).abs().max().item() < 1e-9
     assert th1.grad.abs().max().item() > 1e-2  # not trivially zero
+    # the same with Eq. 4's weights written out and still carrying h's gradient: the surrogate's
+    # sg(w_i) keeps it out, so the gradient is again the consistency loss's
+    th3 = theta.clone().requires_grad_(True)
+    lp3 = torch.log_softmax(th3, -1)[arms]
+    rpi = r[arms] - beta * (lp3 - ref_logp[arms])  # no sg: w below carries a gradient
+    w = rpi - (rpi.sum(-1, keepdim=True) - rpi) / 3  # r_pi,i - b_i, n = 4
+    agro.agro_loss(lp3.reshape(-1, 1), torch.ones(20, 1, dtype=f64), w.reshape(-1)).backward()
+    assert (th3.grad - th2.grad).abs().max().item() < 1e-9, (
+        "agro_loss: a gradient flowed through the weights: the surrogate is -mean sg(w_i) log pi")
 
 
 @pytest.mark.paper
