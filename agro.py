@@ -456,7 +456,6 @@ def main(argv=None):
           f"n={args.group_size} beta={args.beta} lambda_LR={args.lambda_lr} run {args.out}")
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-    done = start  # optimizer steps taken
     for step in tqdm(range(start, args.steps), "agro", total=args.steps, initial=start,
                      leave=False):
         t0 = time.perf_counter()
@@ -464,18 +463,13 @@ def main(argv=None):
         t_generate = time.perf_counter() - t0
         metrics = agro_step(model, ref_model, optimizer, batch, args, step, tokenizer.pad_token_id)
         engine.sync(model)  # the new weights into the engine: the next groups come from them
-        done = step + 1
         metrics.update(time_generate=t_generate, time_step=time.perf_counter() - t0)
-        last = done == args.steps or run.out_of_time()
-        if done % args.eval_every == 0 or last:
-            metrics.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-        run.log(done, metrics)
-        if done % args.save_every == 0 or last:
-            run.checkpoint(done)
-        if last:
+        # the metrics row; an evaluation and a checkpoint where due; the end, or --time-limit
+        if run.end_step(step + 1, metrics, last=step + 1 == args.steps, evaluate=lambda: evaluate(
+                engine, model, ref_model, task, eval_sets, prompts, args)):
             break
     engine.close()
-    return run.finish(model, tokenizer, stopped_early=done < args.steps)
+    return run.finish(model, tokenizer)
 
 
 if __name__ == "__main__":

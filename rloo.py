@@ -328,7 +328,6 @@ def main(argv=None):
           f"run {args.out}")
     if start == 0:
         run.log(0, evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-    done = start  # optimizer steps taken
     for step in tqdm(range(start, args.steps), "rloo", total=args.steps, initial=start,
                      leave=False):
         t0 = time.perf_counter()
@@ -338,19 +337,14 @@ def main(argv=None):
                             pad_id=tokenizer.pad_token_id, step=step)
         t_sync = time.perf_counter()
         engine.sync(model)  # copies the new weights into the engine: the next batch samples pi
-        done = step + 1
         metrics.update(batch_metrics(task, batch), time_generate=t_gen,
                        time_sync=time.perf_counter() - t_sync, time_step=time.perf_counter() - t0)
-        last = done == args.steps or run.out_of_time()
-        if done % args.eval_every == 0 or last:
-            metrics.update(evaluate(engine, model, ref_model, task, eval_sets, prompts, args))
-        run.log(done, metrics)
-        if done % args.save_every == 0 or last:
-            run.checkpoint(done)
-        if last:
+        # the metrics row; an evaluation and a checkpoint where due; the end, or --time-limit
+        if run.end_step(step + 1, metrics, last=step + 1 == args.steps, evaluate=lambda: evaluate(
+                engine, model, ref_model, task, eval_sets, prompts, args)):
             break
     engine.close()
-    return run.finish(model, tokenizer, stopped_early=done < args.steps)
+    return run.finish(model, tokenizer)
 
 
 if __name__ == "__main__":

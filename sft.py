@@ -72,6 +72,7 @@ def parse_args(argv=None):
     add("--eval-k", type=common.nonnegative_int, default=8,
         help="held-out samples a problem at T = 1 (0: greedy only)")
     add("--eval-every", type=common.positive_int, default=200, help="evaluate every N steps")
+    add("--save-every", type=common.positive_int, default=200, help="checkpoint every N steps")
     add("--reward", default=None, help="reward variant evaluated; None: the task's first")
     add("--out", default=None, help="run folder; None: runs/sft-TASK-TIME")
     add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
@@ -263,24 +264,18 @@ def main(argv=None):
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
     if start == 0:  # the start model, greedy and T = 1: where the closing lines measure from
         run.log(0, evaluate(engine, model, task, eval_sets, args, sampled=True))
-    done = start  # optimizer steps taken
     for step in tqdm(range(start, args.steps), "sft", total=args.steps, initial=start, leave=False):
         # the batch is a function of (seed, step) alone, so a resumed run sees the same batches
         rng = np.random.default_rng([args.seed, step])
         batch = [examples[i] for i in rng.choice(len(examples), args.batch_size, replace=False)]
         metrics = sft_step(model, optimizer, scheduler, batch, args, tokenizer.pad_token_id, step)
-        done = step + 1
-        last = done == args.steps or run.out_of_time()
-        evaluating = done % args.eval_every == 0 or last
-        if evaluating:  # greedy; the last evaluation also samples --eval-k at T = 1
-            metrics.update(evaluate(engine, model, task, eval_sets, args, sampled=last))
-        run.log(done, metrics)
-        if evaluating:
-            run.checkpoint(done)
-        if last:
+        # the metrics row; an evaluation (greedy; at the end also --eval-k samples at T = 1)
+        # and a checkpoint where due; the end, or --time-limit
+        if run.end_step(step + 1, metrics, last=step + 1 == args.steps, evaluate=lambda: evaluate(
+                engine, model, task, eval_sets, args, sampled=run.ending)):
             break
     engine.close()
-    return run.finish(model, tokenizer, stopped_early=done < args.steps)
+    return run.finish(model, tokenizer)
 
 
 if __name__ == "__main__":

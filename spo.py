@@ -438,7 +438,6 @@ def main(argv=None):
     if start == 0:
         run.log(0, {**evaluate(engine, model, sampler, task, eval_sets, args), "time_q0": time_q0,
                     "offline_cut": cut, "offline_dropped": dropped})
-    done = start  # optimizer steps taken
     for step in tqdm(range(start, args.steps), desc="spo", total=args.steps, initial=start,
                      leave=False):
         t0 = time.perf_counter()
@@ -449,20 +448,17 @@ def main(argv=None):
         t_generate = time.perf_counter() - t0
         metrics = spo_step(model, ref_model, optimizer, schedule, batch, q0_pool, args, step,
                            tokenizer.pad_token_id)
-        done = step + 1
         metrics.update(temperature=temperature, sampler_age=step % args.model_update_interval,
                        time_generate=t_generate, time_step=time.perf_counter() - t0)
-        last = done == args.steps or run.out_of_time()
-        if done % args.eval_every == 0 or last:
-            metrics.update(evaluate(engine, model, sampler, task, eval_sets, args))
-        run.log(done, metrics)
-        lagging = done % args.model_update_interval != 0  # the sampler is not the policy
-        if done % args.save_every == 0 or last:
-            run.checkpoint(done, sampler=sampler.state_dict() if lagging else None)
-        if last:
+        lagging = (step + 1) % args.model_update_interval != 0  # the sampler is not the policy
+        # the metrics row; an evaluation and a checkpoint (with a lagging sampler's weights)
+        # where due; the end, or --time-limit
+        if run.end_step(step + 1, metrics, last=step + 1 == args.steps,
+                        evaluate=lambda: evaluate(engine, model, sampler, task, eval_sets, args),
+                        sampler=sampler.state_dict() if lagging else None):
             break
     engine.close()
-    return run.finish(model, tokenizer, stopped_early=done < args.steps)
+    return run.finish(model, tokenizer)
 
 
 if __name__ == "__main__":

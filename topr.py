@@ -319,14 +319,14 @@ def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> Non
                f"was {gap:.2e} away a token on average)")
 
 
-def samples_on_hand(args, task, model, tokenizer, style, it0: int, resumed: bool) -> dict:
+def samples_on_hand(args, task, model, tokenizer, style, resumed_at: int | None) -> dict:
     """Samples not to draw, by iteration: --data's (0), and the file of the iteration resumed."""
     data = {0: read_rows(args.data, task, tokenizer, style)} if args.data else {}
     if any("lp_mu" not in r for r in data.get(0, [])):
         fill_lp_mu(data[0], model, tokenizer.pad_token_id, args)
-    own = os.path.join(args.out, f"data-{it0}.jsonl")
-    if resumed and it0 not in data and os.path.exists(own):
-        data[it0] = read_rows(own, task, tokenizer, style)
+    own = os.path.join(args.out, f"data-{resumed_at}.jsonl")
+    if resumed_at is not None and resumed_at not in data and os.path.exists(own):
+        data[resumed_at] = read_rows(own, task, tokenizer, style)
     return data
 
 
@@ -352,21 +352,20 @@ def select(rows: list[dict], sampling: str, keep: int, rng: np.random.Generator)
     return positives + negatives
 
 
-def epoch_rewards(data: list[dict], it: int, epoch: int, task, args, show: bool) -> tuple:
-    """R of each sample under this epoch's variant, and the share in T-; `show`: print p, p~ too."""
+def epoch_rewards(data: list[dict], it: int, epoch: int, task, args) -> tuple:
+    """R of each sample under this epoch's variant, and the share in T-; p and p~ printed."""
     variant = variant_at(args.reward, it * args.epochs + epoch, args.iterations * args.epochs)
     rewards = [reward_of(task, x["problem"], x["completion"], variant) for x in data]
     neg_share = float(np.mean(~in_t_plus(np.asarray(rewards, dtype=float), args.c, args.split)))
-    if show:
-        p = float(np.mean([x["grade"] == "correct" for x in data]))
-        eq12 = f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""
-        tqdm.write(f"iteration {it} epoch {epoch}: {len(data)} samples ({args.sampling}), reward "
-                   f"{variant}, correct p={p:.3f}, effective positive share "
-                   f"p~={effective_positive_share(rewards, args.c):.3f}{eq12}, negative share "
-                   f"{neg_share:.3f}")
-        if neg_share == 0 and p < 1:
-            tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): this is "
-                       "reward-weighted SFT, not TOPR")
+    p = float(np.mean([x["grade"] == "correct" for x in data]))
+    eq12 = f" (Eq. 12: {p_tilde_pm1(p, args.c):.3f})" if variant == PM1 else ""
+    tqdm.write(f"iteration {it} epoch {epoch}: {len(data)} samples ({args.sampling}), reward "
+               f"{variant}, correct p={p:.3f}, effective positive share "
+               f"p~={effective_positive_share(rewards, args.c):.3f}{eq12}, negative share "
+               f"{neg_share:.3f}")
+    if neg_share == 0 and p < 1:
+        tqdm.write(f"note: no sample has R - c < {args.split:g} (c = {args.c:g}): this is "
+                   "reward-weighted SFT, not TOPR")
     return rewards, neg_share
 
 
@@ -465,9 +464,9 @@ def main(argv=None):
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
         style = common.prompt_style(model, tokenizer)
-        # where the loops start: the next step's iteration, epoch and minibatch (0s: a fresh run)
-        it0, epoch0, batch0 = run.state["next"] if run.state else (0, 0, 0)
-        data = samples_on_hand(args, task, model, tokenizer, style, it0, run.state is not None)
+        # a resumed run's iteration: its samples are on file (the checkpoint's `next`)
+        resumed_at = run.state["next"][0] if run.state else None
+        data = samples_on_hand(args, task, model, tokenizer, style, resumed_at)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     prompts = common.encode_prompts(task, pool, tokenizer, style)
@@ -482,20 +481,26 @@ def main(argv=None):
           f"c={args.c:g}, split={args.split:g}, run {args.out}")
     if step == 0:
         run.log(0, evaluate(engine, model, task, eval_sets, args))
-    for it in range(it0, args.iterations):  # Algorithm 1
+    for it in range(args.iterations):  # Algorithm 1
+        if run.done_before(it):  # resumed: trained before the checkpoint (and so below)
+            continue
         samples = data.pop(it, None)  # 1. samples from mu = pi_{it-1}: on hand, or drawn now
         if samples is None:
             samples = sample_from_mu(engine, model, task, pool, prompts, tokenizer, args, it)
         selected = select(samples, args.sampling, args.keep,  # 2. the selection
                           np.random.default_rng([args.seed, it, SELECT_STREAM]))
-        for epoch in range(epoch0, args.epochs):
-            rewards, neg_share = epoch_rewards(selected, it, epoch, task, args, show=batch0 == 0)
+        for epoch in range(args.epochs):
+            if run.done_before(it, epoch):
+                continue
+            rewards, neg_share = epoch_rewards(selected, it, epoch, task, args)
             order = np.random.default_rng([args.seed, it, epoch, SHUFFLE_STREAM]).permutation(
                 len(selected))
             batches = [order[s:s + args.batch_size] for s in range(0, len(order), args.batch_size)]
-            for b in tqdm(range(batch0, len(batches)), f"iteration {it} epoch {epoch}",
-                          total=len(batches), initial=batch0, leave=False):  # 3. the updates
-                t0, idx = time.perf_counter(), batches[b]
+            # 3. the updates, a minibatch at a time
+            for b, idx in enumerate(tqdm(batches, f"iteration {it} epoch {epoch}", leave=False)):
+                if run.done_before(it, epoch, b):
+                    continue
+                t0 = time.perf_counter()
                 metrics = topr_step(model, optimizer, [selected[i] for i in idx],
                                     [rewards[i] for i in idx], args, tokenizer.pad_token_id, step)
                 step += 1
@@ -503,19 +508,15 @@ def main(argv=None):
                                time_step=time.perf_counter() - t0)
                 epoch_done = b + 1 == len(batches)
                 finished = epoch_done and epoch + 1 == args.epochs and it + 1 == args.iterations
-                out_of_time = run.out_of_time()
-                if (args.eval_every and step % args.eval_every == 0) or out_of_time or finished:
-                    metrics.update(evaluate(engine, model, task, eval_sets, args))
-                run.log(step, metrics)
-                if step % args.save_every == 0 or epoch_done or out_of_time:
-                    run.checkpoint(step, next=(it, epoch, b + 1))  # where the next step stands
-                if out_of_time:
+                # the metrics row; an evaluation and a checkpoint (at each epoch's end too) where
+                # due, with where the next step stands; the end, or --time-limit
+                if run.end_step(step, metrics, last=finished, save=epoch_done,
+                                next=(it, epoch, b + 1),
+                                evaluate=lambda: evaluate(engine, model, task, eval_sets, args)):
                     engine.close()
-                    return run.finish(model, tokenizer, stopped_early=not finished)
-            batch0 = 0
-        epoch0 = 0
+                    return run.finish(model, tokenizer)
     engine.close()
-    return run.finish(model, tokenizer, stopped_early=False)
+    return run.finish(model, tokenizer)
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ def test_a_time_limit_stops_after_a_step_saves_and_says_how_to_continue(name, tm
     assert f"stopped at --time-limit; continue: python {name}.py --resume {run}" in said
 
 
-SAVE_EACH_STEP = {"sft": ["--eval-every", "1"], "rloo": ["--save-every", "1"], "topr": [],
+SAVE_EACH_STEP = {"sft": ["--save-every", "1"], "rloo": ["--save-every", "1"], "topr": [],
                   "agro": ["--save-every", "1"], "spo": ["--save-every", "1"]}
 
 
@@ -254,9 +254,9 @@ def test_a_run_killed_then_resumed_ends_with_the_uninterrupted_runs_metrics(name
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-# Five steps with checkpoints every two or three (sft: at its evaluations; topr: also at each
-# iteration's end), so that a kill between two of them loses steps that --resume must redo.
-BETWEEN = {"sft": ["--steps", "5", "--eval-every", "2"],
+# Five steps with checkpoints every two or three (topr: also at each iteration's end), so that a
+# kill between two of them loses steps that --resume must redo.
+BETWEEN = {"sft": ["--steps", "5", "--eval-every", "2", "--save-every", "2"],
            "rloo": ["--steps", "5", "--save-every", "2"],
            "topr": ["--iterations", "2", "--prompts", "4", "--batch-size", "2",
                     "--save-every", "3"],
