@@ -25,21 +25,24 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets, problems_source
+from tasks import get_task, problem_sets
 from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
 REFERENCE_SAMPLES = "reference_samples.jsonl"  # in the run folder: mu = pi_ref, drawn once
-# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
-MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
+# Each setting's default for the tiny model and for a pretrained one: a flag left at None takes it
+# (common.fill_defaults); why: the flag's --help (max_new_tokens: 512 as in [TOPR] §4).
+DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}  # flag: (tiny, a pretrained model)
 # beta per sequence (docs/RESULTS-agro-spo.md): 0.05 beat 0.5 on-policy; 0.1 lost accuracy offline
 BETA_ONPOLICY, BETA_OFFPOLICY = 0.05, 0.3
-# Random streams [--seed, STREAM]: draws a pure function of the flags (on-policy: [seed, step])
+# Random streams [--seed, STREAM]: the draws are a pure function of the flags
+# (on-policy: [seed, step])
 REFERENCE_STREAM, OFFLINE_ORDER_STREAM, KL_STREAM = 99, 1234, 7
 # kl_to_ref: 256 sequences; EVAL_SEED: every evaluation draws alike, so checkpoints compare fairly
 KL_PROMPTS, KL_SAMPLES, EVAL_SEED = 64, 4, 0
 
 
+# ---- Settings: AGRO's flags (those every script shares: common.add_common_flags) ----------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -57,41 +60,20 @@ def parse_args(argv=None):
         help="share of a batch's groups sampled from pi; None: 1 with --mode onpolicy, else 0")
     add("--offline-data", default=None, metavar="FILE",
         help="offline groups, JSONL (read_offline); None: samples of pi_ref, drawn once")
-    add("--offline-prompts", type=common.positive_int, default=2048, help="prompts pi_ref samples")
+    add("--offline-prompts", type=common.positive_int, default=2048,
+        help="prompts that pi_ref samples for the offline groups")
     add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
     add("--prompts", type=common.positive_int, default=32, help="prompts per batch (B)")
-    add("--group-size", type=common.positive_int, default=8, help="completions a prompt (n, >= 2)")
+    add("--group-size", type=common.positive_int, default=8,
+        help="completions per prompt (n, >= 2)")
     add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
         help="seq: sum over tokens, mean over sequences")
     add("--reward", default=None, help="reward variant; None: the task's first")
-    add("--lr", type=common.positive_float, default=None,
-        help="AdamW lr; None: rloo.py's, 6e-5 for tiny and 1e-5 for a pretrained model")
+    add("--lr", type=common.positive_float, default=None, help="AdamW lr, rloo.py's")
     add("--warmup", type=common.nonnegative_int, default=10, help="lr warm-up steps (rloo.py's)")
-    add("--micro-batch", type=common.positive_int, default=8, help="groups a pass (memory)")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
-    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model and pi_ref: a folder, a hub id, `tiny`, "
-        "`smollm2` or `sft` (sft.py's newest run of --task); None: `sft`, trained first if none")
-    add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
-    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
-        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
-    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
-    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
-    add("--eval-every", type=common.positive_int, default=50, help="evaluate every N steps")
-    add("--out", default=None, help="run folder; None: runs/agro-TASK-TIME")
-    add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
-    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
-    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add("--micro-batch", type=common.positive_int, default=8,
+        help="groups per forward and backward pass (memory)")
+    common.add_common_flags(p, __file__, DEFAULTS, "start model and pi_ref")
     args = p.parse_args(argv)
     # The defaults that depend on other flags (each flag's help says its rule)
     if args.online_fraction is None:
@@ -104,7 +86,7 @@ def parse_args(argv=None):
 
 
 def online_groups(args) -> int:
-    """On-policy groups a batch: round(f B), f = --online-fraction; the others are offline."""
+    """On-policy groups per batch: round(f B), f = --online-fraction; the others are offline."""
     return round(args.online_fraction * args.prompts)
 
 
@@ -380,7 +362,8 @@ def step_metrics(batch, seen, loss: float, grad_norm: float, n_tokens: int, n: i
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, ref_model, task, eval_sets, train_prompts, args) -> dict:
     """Held-out metrics per size (tasks/scoring.py): greedy and --eval-k samples at T = 1; then
-    kl_to_ref = E_pi h = KL(pi || pi_ref) by Monte Carlo: KL_SAMPLES a prompt, KL_PROMPTS prompts"""
+    kl_to_ref = E_pi h = KL(pi || pi_ref) by Monte Carlo: KL_SAMPLES per prompt, KL_PROMPTS
+    prompts"""
     metrics = {}
     greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
     t_1 = common.SamplingConfig(n=args.eval_k, max_new_tokens=args.max_new_tokens, seed=EVAL_SEED)
@@ -424,7 +407,8 @@ def main(argv=None):
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
         if len(pool) < n_online:
-            raise ValueError(f"{n_online} on-policy groups a batch > {len(pool)} training problems")
+            raise ValueError(f"{n_online} on-policy groups per batch > {len(pool)} training "
+                             "problems")
         offline_rows = (read_offline(args.offline_data, task, args.group_size)
                         if args.offline_data else None)  # before a model loads: bad files fail fast
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -432,7 +416,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
-        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
+        common.fill_defaults(args, DEFAULTS, model)  # flags left at None
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
     except ValueError as e:  # UsageError is one
         parser.error(str(e))

@@ -1,8 +1,9 @@
 """The model side shared by sft.py, rloo.py, topr.py, agro.py and spo.py, and the run's saving
-and loading; each script holds its paper (flags, data, loss, loop, evaluation). tasks/ holds the
-rewards.
+and loading, and the flags they share; each script holds its paper (its settings, data, loss,
+loop, evaluation). tasks/ holds the rewards.
 
-  1. argparse types: bad input -> one line, exit 2     (positive_int, int_list, UsageError, ...)
+  1. flags: types (bad input: one line, exit 2), the shared flags, the defaults tables
+                          (positive_int, UsageError, add_common_flags, fill_defaults)
   2. seeding, RNG state, CPU threads, TF32 on a GPU      (setup, rng_state, set_rng_state)
   3. models: the built-in `tiny` model, any HF model       (load_model, resolve_model_path)
   4. prompts through the task and the chat template        (prompt_style, encode_prompts)
@@ -34,11 +35,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tasks import problems_source
+
 # vLLM makes torch.set_num_threads a no-op once an in-process CPU engine starts: keep the real one
 _set_num_threads = torch.set_num_threads
 
 
-# ---- 1. argparse types and bad input -------------------------------------------------------------
+# ---- 1. Flags: argparse types, bad input, the shared flags, defaults tables ----------------------
 class UsageError(ValueError):
     """Bad input from the user (a flag, a path, a model): scripts catch ValueError, print one line
     and exit 2."""
@@ -77,6 +80,92 @@ def int_list(text: str) -> list[int]:
 
 # argparse reports the type's name in "invalid positive integer value: '0'"
 int_list.__name__ = "comma-separated positive integers"
+
+
+# The flags all five scripts take, as add_argument's keywords; add_common_flags adds them after a
+# script's own flags (its algorithm's settings), with that script's defaults where they differ.
+COMMON_FLAGS = {
+    "task": dict(default="countdown", help="task module in tasks/"),
+    "model": dict(default=None, help="{role}: a folder, a hub id, `tiny` (built in, untrained), "
+                  "`smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the newest sft.py run "
+                  "of --task); None: that run, made first by sft.py if there is none"),
+    "problems": dict(type=problems_source, default=None,
+                     help="problems: a JSONL file, `hub` (the task's hub set) or a hub dataset id"),
+    "train_size": dict(type=positive_int, default=20000, help="training problems per size"),
+    "sizes": dict(type=int_list, default=None, help="sizes trained on; None: the task's"),
+    "max_new_tokens": dict(type=positive_int, default=None, help="tokens per completion"),
+    "engine": dict(default="auto", choices=["auto", "kv", "hf", "vllm"],
+                   help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU"),
+    "eval_sizes": dict(type=int_list, default=None, help="held-out sizes; None: the task's"),
+    "eval_size": dict(type=positive_int, default=200, help="held-out problems per size"),
+    "eval_k": dict(type=positive_int, default=8, help="held-out samples per problem, at T = 1"),
+    "eval_every": dict(type=positive_int, default=50, help="evaluate every N steps"),
+    "out": dict(default=None, help="run folder; None: runs/{script}-TASK-TIME"),
+    "save_every": dict(type=positive_int, default=50, help="checkpoint every N steps"),
+    "resume": dict(default=None, metavar="RUN", help="continue the run in this folder"),
+    "time_limit": dict(type=positive_float, default=None, metavar="MIN",
+                       help="stop MIN minutes after the start (evaluate, then save)"),
+    "seed": dict(type=nonnegative_int, default=0, help="seeds the problems, batches and samples"),
+    "threads": dict(type=positive_int, default=None,
+                    help="torch CPU threads; None: $TORCH_THREADS, else every core"),
+    "clip": dict(type=positive_float, default=1.0, help="gradient-norm clip"),
+    "bf16": dict(action="store_true", help="bf16 autocast (weights, AdamW, log-softmax in fp32)"),
+    "grad_checkpoint": dict(action="store_true", help="recompute activations in the backward pass"),
+}
+
+
+def add_common_flags(parser, script: str, table: dict, model_role: str, skip=(), **differ):
+    """COMMON_FLAGS, in a group of their own, less those in `skip`. `differ`: this script's
+    default of a flag (eval_every=75), or a dict of keywords that replace COMMON_FLAGS' (a type,
+    a help). `table`: the script's defaults table (fill_defaults); each of its flags' help gets
+    the values a None takes. `script`: the file's path; `model_role`: what --model is to it."""
+    group = parser.add_argument_group("flags every script shares (common.add_common_flags)")
+    name = os.path.basename(script)[:-3]
+    for flag, keywords in COMMON_FLAGS.items():
+        if flag in skip:
+            continue
+        change = differ.get(flag, {})
+        keywords = {**keywords, **(change if isinstance(change, dict) else {"default": change})}
+        keywords["help"] = keywords["help"].format(role=model_role, script=name)
+        group.add_argument("--" + flag.replace("_", "-"), **keywords)
+    for action in parser._actions:
+        if action.dest in table:
+            action.help += "; None: " + table_values(table[action.dest])
+
+
+def table_values(row: tuple) -> str:
+    """A row of a defaults table in words: "5e-5 for tiny, 1e-5 for a pretrained model"."""
+    def show(v):
+        return f"{v:g}".replace("e-0", "e-") if isinstance(v, float) else f"{v}"
+    tiny, pretrained, *report = row
+    said = show(tiny) if tiny == pretrained else \
+        f"{show(tiny)} for tiny, {show(pretrained)} for a pretrained model"
+    if not report or report[0] is None:
+        return said
+    if isinstance(report[0], dict):  # a value for each variant
+        if all(k == v for k, v in report[0].items()):
+            return said + "; with --report-variant V: V"
+        return said + "; with --report-variant V: " + ", ".join(
+            f"{show(v)} for {k}" for k, v in report[0].items())
+    return said + f"; with --report-variant: {show(report[0])}"
+
+
+def fill_defaults(args, table: dict, model=None, variant: str | None = None) -> None:
+    """Each flag of `table` left at None takes its value from its row, (the tiny model's, a
+    pretrained model's[, --report-variant's]): the variant's where it sets one (None: it does not;
+    a dict: a value for each variant), else the model's. Without a model (while parsing) only the
+    values that do not depend on it are filled, so that the checks before the model loads see
+    them; the rest after it loads: the tiny model's rates would wreck a pretrained one."""
+    for flag, (tiny, pretrained, *report) in table.items():
+        by_variant = report[0] if report and variant else None
+        if isinstance(by_variant, dict):
+            by_variant = by_variant[variant]
+        if getattr(args, flag) is not None:
+            continue
+        if by_variant is not None:
+            setattr(args, flag, by_variant)
+        elif tiny == pretrained or model is not None:
+            setattr(args, flag, tiny if model is None or is_tiny(model) else pretrained)
 
 
 # ---- 2. Seeding, RNG state and threads -----------------------------------------------------------
@@ -173,7 +262,7 @@ class TinyConfig:
 
 
 def make_char_tokenizer():
-    """A character-level tokenizer (every character, spaces included, a token; decoded without
+    """A character-level tokenizer (every character, spaces included, is a token; decoded without
     spaces inserted), padding on the left, adding no special tokens: callers append EOS."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -341,14 +430,6 @@ def load_model(name_or_path: str | None, dtype: str = "float32", device: str = "
 def is_tiny(model) -> bool:
     """The built-in tiny model, or one trained from it (its config keeps the compact prompt)."""
     return getattr(model.config, "prompt_style", None) == "compact"
-
-
-def fill_model_defaults(args, model, defaults: dict) -> None:
-    """Each flag of `defaults` ({flag: (tiny's value, a pretrained model's)}) left at None takes the
-    value for this model: the tiny model's rates would wreck a pretrained one."""
-    for flag, (tiny, pretrained) in defaults.items():
-        if getattr(args, flag) is None:
-            setattr(args, flag, tiny if is_tiny(model) else pretrained)
 
 
 def count_parameters(model) -> int:
@@ -589,7 +670,7 @@ class _TokenLogprobs:
 
     def __init__(self):
         self.last = None  # [B, V]: log_softmax of the last scores seen
-        self.taken: list[torch.Tensor] = []  # [B] a step: log mu of its token
+        self.taken: list[torch.Tensor] = []  # [B] per step: log mu of its token
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.last is not None:
@@ -667,7 +748,7 @@ class KVEngine(HFEngine):
     output layer in fp32 as the trainer's, larger batches. Needs a forward that takes a 4D additive
     mask (Llama, Qwen2)."""
     name = "kv"
-    # Rows a batch: as many as fit a 512 MiB cache, at most 512 (1,024 were 3% faster at 170 MB
+    # Rows per batch: as many as fit a 512 MiB cache, at most 512 (1,024 were 3% faster at 170 MB
     # more memory, 256 30% slower). Samples equal HF generate's only at the same batch size.
     # On a GPU the cache may take `gpu_share` of the memory other processes leave (kv_cache_bytes).
     cache_bytes, max_rows, gpu_share = 2**29, 512, 0.25
@@ -785,7 +866,7 @@ def _grouped_query_attention(module, query, key, value, attention_mask, scaling,
     """transformers' eager attention without its copy of the cache: eager repeats each key and
     value head once per query head that shares it (repeat_kv), every layer and every new token,
     which was 16% of SmolLM2's decode (9 query heads, 3 key/value heads). Here the query heads of
-    a group are stacked as rows against their one key/value head. With one query head a group
+    a group are stacked as rows against their one key/value head. With one query head per group
     (the tiny model) the products are eager's own.
     query [b, heads, q, d], key and value [b, kv_heads, S, d], attention_mask [b, 1, q, S]."""
     b, heads, q, d = query.shape
@@ -1014,7 +1095,7 @@ def make_engine(kind: str, model, tokenizer, path: str, *, seed: int = 0, bf16: 
 
 # ---- 7. The run: its folder, metrics, checkpoint, --resume, --time-limit, final/ ----------------
 class Run:
-    """The run folder: config.json (flags), metrics.jsonl (a row a step), checkpoint.pt (weights,
+    """The run folder: config.json (flags), metrics.jsonl (a row per step), checkpoint.pt (weights,
     optimizer, RNGs, step) and final/. A kill loses what came after the last checkpoint, no more."""
     def __init__(self, parser, args, script: str, keys: set):
         """A new run folder, or --resume's flags, checkpoint and metrics; bad: one line, exit 2.

@@ -25,12 +25,14 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets, problems_source
+from tasks import get_task, problem_sets
 from tasks.scoring import score
 
 
-# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
-MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}
+# ---- Settings: RLOO's flags (those every script shares: common.add_common_flags) ----------------
+# Each setting's default for the tiny model and for a pretrained one: a flag left at None takes it
+# (common.fill_defaults); why: the flag's --help (max_new_tokens: 512 as in [TOPR] §4).
+DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}  # flag: (tiny, a pretrained model)
 # --resample-uniform: a further round draws OVERDRAW x (prompts missing) / (share with signal so
 # far), a margin so that one more round mostly suffices; the share taken as >= MIN_SHARE (<= 5x).
 OVERDRAW, MIN_SHARE = 1.25, 0.25
@@ -54,41 +56,17 @@ def parse_args(argv=None):
     add("--reward", default=None, help="reward variant trained on; None: the task's first")
     add("--resample-uniform", action=argparse.BooleanOptionalAction, default=False,
         help="draw more prompts until --prompts groups have signal (dynamic sampling; has_signal)")
-    add("--max-draws", type=common.positive_int, default=4, help="resample rounds per step, max")
-    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr; None: 6e-5 for tiny "
-        "(the largest that kept it stable), 1e-5 pretrained (cs224r-default-project-rloo's)")
+    add("--max-draws", type=common.positive_int, default=4,
+        help="resampling rounds per step, at most")
+    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr (tiny's: the "
+        "largest that kept it stable; a pretrained model's: cs224r-default-project-rloo's)")
     add("--warmup", type=common.nonnegative_int, default=10,
         help="linear lr warm-up steps: Adam's first updates, ~lr*sign(g), come from noisy batches")
     add("--lr-schedule", choices=["linear", "constant"], default="linear",
         help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
-    add("--micro-batch", type=common.positive_int, default=8, help="groups per pass (memory)")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
-    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
-    # the problems, the model, generation and evaluation
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start and reference model pi_ref: a folder, a hub id, "
-        "`tiny` (built in, untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the "
-        "newest sft.py run of --task); None: that run, made first by sft.py if none")
-    add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems per size")
-    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens per completion; "
-        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
-    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems per size")
-    add("--eval-k", type=common.positive_int, default=8, help="held-out samples per problem, T = 1")
-    add("--eval-every", type=common.positive_int, default=50, help="evaluate every N steps")
-    # the run
-    add("--out", default=None, help="run folder; None: runs/rloo-TASK-TIME")
-    add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
-    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
-    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add("--micro-batch", type=common.positive_int, default=8,
+        help="groups per forward and backward pass (memory)")
+    common.add_common_flags(p, __file__, DEFAULTS, "start and reference model pi_ref")
     return p, p.parse_args(argv)
 
 
@@ -308,7 +286,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
-        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
+        common.fill_defaults(args, DEFAULTS, model)  # flags left at None
         ref_model = None  # pi_ref: for the KL term in R, or for the KL diagnostic alone
         if args.beta > 0 or args.kl_diagnostic:
             ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)

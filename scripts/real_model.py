@@ -32,7 +32,7 @@ from tasks.scoring import evaluate  # noqa: E402
 
 # Budgets of each preset. cpu: about 30 minutes on 2 cores, on 3-number puzzles (the easiest the
 # task offers); gpu: the scripts' defaults for a pretrained model (lr, 512 new tokens:
-# common.fill_model_defaults), the budgets sized to end within 10 minutes on one GPU.
+# common.fill_defaults), the budgets sized to end within 10 minutes on one GPU.
 PRESETS = {
     "cpu": dict(sizes="3", eval_size=20, max_new_tokens=96, start_tokens=256, prompts=8,
                 group_size=4, step_seqs=16,

@@ -37,11 +37,11 @@ def test_flags_left_at_none_take_the_tiny_models_value_or_a_pretrained_models(na
     for model, lr, tokens in [(tiny, tiny_lr, 64), (pretrained, None, 512)]:
         args = script.parse_args([])[1]
         assert args.lr is None and args.max_new_tokens is None  # decided by the model
-        common.fill_model_defaults(args, model, script.MODEL_DEFAULTS)
+        common.fill_defaults(args, script.DEFAULTS, model)
         assert args.max_new_tokens == tokens
         assert args.lr == lr if lr else args.lr <= tiny_lr / 5
     args = script.parse_args(["--lr", "3e-4", "--max-new-tokens", "7"])[1]
-    common.fill_model_defaults(args, pretrained, script.MODEL_DEFAULTS)
+    common.fill_defaults(args, script.DEFAULTS, pretrained)
     assert (args.lr, args.max_new_tokens) == (3e-4, 7)
 
 
@@ -280,7 +280,7 @@ def test_smollm2_runs_every_script_and_a_killed_run_resumes_to_the_same_end(
     out = capsys.readouterr().out
     assert f"{name}.py done" in out and os.path.isdir(os.path.join(straight, "final"))
     config = json.load(open(os.path.join(straight, "config.json")))
-    assert config["max_new_tokens"] == 8 and config["lr"] == SCRIPTS[name].MODEL_DEFAULTS["lr"][1]
+    assert config["max_new_tokens"] == 8 and config["lr"] == SCRIPTS[name].DEFAULTS["lr"][1]
     run_until_killed(main, argv + ["--out", killed], monkeypatch, step=2)
     main(["--resume", killed])
     assert _rows(killed) == _rows(straight)

@@ -324,7 +324,7 @@ def test_task_rewards_default_to_the_reports_eq4():
     """[CR] Eq. 4: grad = E_{R=1}[R grad log pi] + E_{R<1}[[pi/mu]_0^1 R grad log pi], no baseline.
     The default (c, split) for the task's rewards gives exactly that loss, and leaves negatives,
     where the pm1 default c = -0.8 (split 0) would put every sample of reward A in T+."""
-    def default_baseline(reward):  # (c, split) that fill_defaults gives a run of this reward
+    def default_baseline(reward):  # (c, split) that parse_args gives a run of this reward
         args = topr.parse_args(["--reward", reward])[1]
         return args.c, args.split
     assert default_baseline("pm1") == (-0.8, 0.0)
