@@ -35,6 +35,7 @@ import random
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -47,31 +48,43 @@ from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims, their arms and settings, as data)
 from claims_registry import (  # noqa: E402
     CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL, PROBES_ADDED,
-    QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, departures, label)
+    QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, departures,
+    label)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
 ARCHIVE = os.path.join(ROOT, "docs", "claims")  # every claim's last result.json, kept in git
 # The rule: a claim's verdict is its primary contrast's alone (primary_verdict); the other
 # contrasts are shown under the rule of 1987642 (EARLIER_RULE), as they were registered.
+LEVEL, TOST_LEVEL = 0.95, 0.90  # the interval of a difference; of no difference (TOST at 5%)
+SIM_SEED, SIM_DRAWS = 0, 10_000  # the simulation of the rule's error rates (simulate)
+MAX_SEEDS = 100  # seeds_needed looks no further
 RULE = ("Each claim has one **primary contrast**, about the paper's own method, registered before "
         "the runs that give its verdict (the commit is named with it): d = arm - comparator, seed "
         "by seed, signed so that the paper's direction is positive, and delta, registered with it, "
         "the smallest difference that counts (1 point of accuracy, 0.01 of mean reward, or a "
-        "relative 25% for a ratio). The verdict reads the **median seed**, so that one outlier "
-        "seed neither makes nor breaks it: a claim of a difference goes the **paper's "
-        "direction** if the median d >= delta, the **opposite direction** if it is <= -delta, "
-        "and is **not detected at this power** otherwise (whether or not the seeds lie within "
-        "+-delta: three seeds cannot show that there is no difference). A claim of no difference "
-        "is **equivalent within delta** if all but one seed lie within +-delta and the median "
-        "too, the **opposite direction** (a difference, against the paper) if the median lies "
-        "beyond +-delta, not detected at this power otherwise. A claim whose runs cannot show "
-        "the paper's claim whatever d is (the start model already at the ceiling, an arm known "
-        "to collapse before the claim was registered, a check of the code) is **not testable "
-        "here**, with the reason and what the rule alone gives. The margin is how far the median "
-        "sits past the threshold that decided (negative: short of the nearest one). With "
-        "per-seed noise of sd delta and no true effect, the median of 3 seeds passes delta 7% of "
-        "the time: a screen, not a test.")
+        "relative 25% for a ratio; its reason is given beside each claim: a share of the paper's "
+        "stated effect where the paper gives a number, the measured noise otherwise). The "
+        "verdict reads the **mean of d over the seeds with its t-interval** (n seeds, n - 1 "
+        "degrees of freedom): a claim of a difference goes the **paper's direction** if the 95% "
+        "interval lies above 0 and the mean is at least delta, the **opposite direction** if the "
+        "95% interval lies below 0 and the mean is at most -delta, and is **equivalent within "
+        "delta** if the 90% interval lies inside +-delta (two one-sided tests at 5% each, TOST: "
+        "no difference as large as delta, against the paper's claim); a claim of no difference "
+        "is **equivalent within delta** by that test, the **opposite direction** (a difference "
+        "where the paper claims none) if the 95% interval is clear of 0 and the mean at least "
+        "delta from it. Anything else is **not detected at this power**, with a rough figure "
+        "for the seeds that would decide: the fewest at which the observed mean and sd would "
+        "give a verdict (a mean as likely to fall short as not: plan for more). A 95% interval "
+        "clear of 0 with the mean short of delta is a difference too small to count, not "
+        "detected either. With 3 seeds the interval is the mean +- 4.30 sd / sqrt(3) (95%) or "
+        "+- 2.92 sd / sqrt(3) (90%), so a verdict needs an effect large against the seeds' "
+        "spread: the table of error rates after the main table gives, at each claim's observed "
+        "sd and seeds, how often the rule calls an absent effect the paper's direction and "
+        "misses one of delta or 2 delta. A claim whose runs cannot show the paper's claim "
+        "whatever d is (the start model already at the ceiling, an arm known to collapse before "
+        "the claim was registered, a check of the code) is **not testable here**, with the "
+        "reason and what the rule alone gives.")
 # The primary rule's verdicts (RULE), and a claim that its runs cannot test (UNTESTABLE)
 PAPERS, OPPOSITE = "paper's direction", "opposite direction"
 NOT_DETECTED, EQUIVALENT = "not detected at this power", "equivalent within delta"
@@ -353,7 +366,8 @@ def secondary(text: str, d: list[float], role, quick: bool = False) -> dict:
 
 def primary_of(cid: str, r: dict) -> dict:
     """The primary contrast of a claim's result, d from its figures seed by seed, and RULE's
-    verdict and margin (a result.json made before the rule gets them here too)."""
+    verdict with its figures (primary_verdict; a result.json made before the rule gets them here
+    too)."""
     text, fn, delta, kind = CLAIMS[cid]["primary"]
     d = []
     for s in r["seeds"]:  # result.json keys seeds as text
@@ -361,9 +375,8 @@ def primary_of(cid: str, r: dict) -> dict:
             d.append(fn(r["figures"][str(s)] if str(s) in r["figures"] else r["figures"][s]))
         except ZeroDivisionError:
             d.append(math.nan)
-    verdict, margin = ("smoke", math.nan) if r["quick"] else primary_verdict(d, delta, kind)
-    out = {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict,
-           "margin": margin}
+    verdict, stats = ("smoke", {}) if r["quick"] else primary_verdict(d, delta, kind)
+    out = {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict, **stats}
     if cid in UNTESTABLE and not r["quick"]:  # whatever d says: the rule's outcome kept beside it
         out.update(verdict=UNTESTED, why=UNTESTABLE[cid], rule=verdict)
     return out
@@ -400,30 +413,104 @@ def verdict_runs(cid: str, r: dict, args) -> dict:
                 minutes=r.get("verdict_minutes", r.get("minutes", 0.0)))
 
 
-def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[str, float]:
-    """(verdict, margin) of a primary contrast, d seed by seed (RULE). kind: "more" (the paper
-    claims d > 0) or "equal" (the paper claims no difference, |d| < delta)."""
+def t_quantile(level: float, df: int) -> float:
+    """The two-sided t quantile: P(|T| <= t) = level for Student's t with df degrees of freedom
+    (Abramowitz & Stegun 26.7.3-4, a finite sum for an integer df, inverted by bisection)."""
+    def inside(t: float) -> float:  # P(|T| <= t)
+        theta = math.atan(t / math.sqrt(df))
+        c2, term = math.cos(theta) ** 2, 1.0
+        if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2.4/3.5 cos^4 + ...))
+            total = 1.0 if df > 1 else 0.0
+            for k in range(1, (df - 1) // 2):
+                term *= c2 * 2 * k / (2 * k + 1)
+                total += term
+            return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+        total = 1.0  # even: sin (1 + 1/2 cos^2 + 1.3/2.4 cos^4 + ...)
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return math.sin(theta) * total
+    lo, hi = 0.0, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if inside(mid) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def decide(mean: float, half: float, half_tost: float, delta: float, kind: str = "more") -> str:
+    """RULE's verdict from the mean of d, the half-widths of its 95% and 90% intervals and
+    delta; kind "more" (the paper claims d > 0) or "equal" (it claims |d| < delta)."""
+    if kind not in ("more", "equal"):
+        raise ValueError(f"unknown kind of claim {kind!r}")
+    equivalent = abs(mean) + half_tost < delta  # TOST: the 90% interval inside +-delta
+    if kind == "equal":
+        if equivalent:
+            return EQUIVALENT
+        return OPPOSITE if abs(mean) - half > 0 and abs(mean) >= delta else NOT_DETECTED
+    if mean - half > 0 and mean >= delta:
+        return PAPERS
+    if mean + half < 0 and mean <= -delta:
+        return OPPOSITE
+    return EQUIVALENT if equivalent else NOT_DETECTED
+
+
+def seeds_needed(mean: float, sd: float, delta: float, kind: str, n: int) -> int | None:
+    """The fewest seeds (more than n) at which this mean and sd would decide (RULE): a rough
+    figure, since a new seed moves the mean too; None past MAX_SEEDS."""
+    for k in range(n + 1, MAX_SEEDS + 1):
+        se = sd / math.sqrt(k)
+        if decide(mean, t_quantile(LEVEL, k - 1) * se, t_quantile(TOST_LEVEL, k - 1) * se,
+                  delta, kind) != NOT_DETECTED:
+            return k
+    return None
+
+
+def primary_verdict(d: list[float], delta: float, kind: str = "more") -> tuple[str, dict]:
+    """(verdict, its figures) of a primary contrast, d seed by seed (RULE): the figures are n,
+    the mean and sd of d, its 95% and 90% intervals and, where nothing is detected, the seeds
+    that would decide (seeds_needed)."""
     nans = sum(math.isnan(x) for x in d)  # e.g. a gain per nat where nothing was gained
     if nans and len(d) - nans < 3:
-        return "not testable here (d is not a number in too many seeds)", math.nan
+        return "not testable here (d is not a number in too many seeds)", {}
     d = [x for x in d if not math.isnan(x)]
     if len(d) < 3:
-        return "too few seeds", math.nan
-    med = statistics.median(d)
-    near = sum(abs(x) < delta for x in d) >= len(d) - 1 and abs(med) < delta  # no difference
+        return "too few seeds", {}
+    n, mean, sd = len(d), statistics.mean(d), statistics.stdev(d)
+    half, half_tost = (t_quantile(level, n - 1) * sd / math.sqrt(n)
+                       for level in (LEVEL, TOST_LEVEL))
+    verdict = decide(mean, half, half_tost, delta, kind)
+    stats = {"n": n, "mean": mean, "sd": sd, "ci": [mean - half, mean + half],
+             "ci90": [mean - half_tost, mean + half_tost]}
+    if verdict == NOT_DETECTED:
+        stats["needed"] = seeds_needed(mean, sd, delta, kind, n)
+    return verdict, stats
+
+
+def simulate(n: int, sd: float, delta: float, kind: str, effect: float,
+             draws: int = SIM_DRAWS, seed: int = SIM_SEED) -> dict[str, float]:
+    """How often RULE gives each verdict when d is normal with this mean (effect) and sd, over
+    `draws` sets of n seeds; a fixed seed, so the doc is reproducible."""
+    import numpy as np
+    d = np.random.default_rng(seed).normal(effect, sd, size=(draws, n))
+    t95, t90 = (t_quantile(level, n - 1) / math.sqrt(n) for level in (LEVEL, TOST_LEVEL))
+    verdicts = [decide(float(m), t95 * s, t90 * s, delta, kind)
+                for m, s in zip(d.mean(axis=1), d.std(axis=1, ddof=1))]
+    return {v: verdicts.count(v) / draws for v in set(verdicts)}
+
+
+def error_rates(n: int, sd: float, delta: float, kind: str) -> dict[str, float]:
+    """The rule's error rates at this sd and n seeds (simulate): for a claim of a difference,
+    P(paper's direction | no effect), P(not | an effect of delta), P(not | 2 delta) and
+    P(equivalent | no effect); for one of no difference, P(equivalent | an effect of delta) and
+    P(not equivalent | no effect)."""
     if kind == "equal":
-        if near:
-            return EQUIVALENT, delta - abs(med)
-        if abs(med) >= delta:
-            return OPPOSITE, abs(med) - delta  # a difference where the paper claims none
-        return NOT_DETECTED, -(delta - abs(med))
-    if kind != "more":
-        raise ValueError(f"unknown kind of claim {kind!r}")
-    if med >= delta:
-        return PAPERS, med - delta
-    if med <= -delta:
-        return OPPOSITE, -delta - med
-    return NOT_DETECTED, -min(delta - med, med + delta)  # seeds within +-delta included
+        return {"fp": simulate(n, sd, delta, kind, delta).get(EQUIVALENT, 0.0),
+                "fn1": 1 - simulate(n, sd, delta, kind, 0.0).get(EQUIVALENT, 0.0)}
+    none = simulate(n, sd, delta, kind, 0.0)
+    return {"fp": none.get(PAPERS, 0.0),
+            "fn1": 1 - simulate(n, sd, delta, kind, delta).get(PAPERS, 0.0),
+            "fn2": 1 - simulate(n, sd, delta, kind, 2 * delta).get(PAPERS, 0.0),
+            "eq": none.get(EQUIVALENT, 0.0)}
 
 
 def verdict_of(d: list[float], quick: bool = False) -> str:
@@ -592,7 +679,7 @@ def write_doc(args) -> str:
         f"{summary(done, len(runnable))}; registered as not run here "
         f"{len(CLAIMS) - len(runnable)}.", "",
         "| claim | the paper says | what differs: the paper's -> ours | primary contrast: "
-        "median d (per seed), margin | verdict | the rule of 1987642 |",
+        "mean d [95% interval] (per seed); delta, why | verdict | the rule of 1987642 |",
         "|---|---|---|---|---|---|"]
     for cid, claim in CLAIMS.items():
         r, digits = results.get(cid), claim.get("digits", 1)
@@ -605,13 +692,14 @@ def write_doc(args) -> str:
         p = r["primary"] if r else None
         registered = f" (registered in {REGISTERED[cid]})" if cid in REGISTERED else ""
         cell = (f"{claim['primary'][0]}{registered}: "
-                + (f"{median(p['d'], digits)} ({', '.join(f'{x:.{digits}f}' for x in p['d'])})"
-                   f", margin {p['margin']:.{digits}f}" if p else "not run yet"))
+                + (estimate(p, digits) if p else "not run yet")
+                + f"; delta {claim['primary'][2]:g}: {DELTA_WHY[cid]}")
         then = [f"{r['earlier_verdict']} (these runs)"] if r and "earlier_verdict" in r else []
         if cid in earlier["claims"]:
             then.append(f"{earlier['claims'][cid]['verdict']} (the earlier runs)")
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
                      f"{verdict_text(p) if p else '**not run yet**'} | {'; '.join(then)} |")
+    lines += [""] + rates_table(results)
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -632,12 +720,12 @@ def write_doc(args) -> str:
         lines += arm_table(cid, r) + [
             "", f"Primary contrast ({p['kind']}, delta {p['delta']:g}"
             + (f", registered in {REGISTERED[cid]}" if cid in REGISTERED else "")
-            + f"): {p['text']}: median {median(p['d'], digits)}, per seed "
-            f"{', '.join(f'{x:.{digits}f}' for x in p['d'])}; {verdict_text(p)}, margin "
-            f"{p['margin']:.{digits}f}" + (f"; results at {r['commit']}" if "commit" in r else "")
-            + "."] + (["", "| secondary contrast (paper's direction positive) | mean ± sd | "
-                       "per seed | verdict (the rule of 1987642) |", "|---|---|---|---|"]
-                      if r["contrasts"] else [])
+            + f"): {p['text']}: {estimate(p, digits)}; {verdict_text(p)}"
+            + (f"; results at {r['commit']}" if "commit" in r else "")
+            + f". Delta {p['delta']:g}: {DELTA_WHY[cid]}."]
+        lines += (["", "| secondary contrast (paper's direction positive) | mean ± sd | per seed "
+                   "| verdict (the rule of 1987642) |", "|---|---|---|---|"]
+                  if r["contrasts"] else [])
         lines += [f"| {c['text']} | {ms(c['d'], digits)} | "
                   f"{', '.join(f'{x:.{digits}f}' for x in c['d'])} | {verdict_cell(c)} |"
                   for c in r["contrasts"]]
@@ -669,15 +757,54 @@ def write_doc(args) -> str:
                     f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
                     f"{own / 60:.1f} h on 2 cores for the verdicts"
                     + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
-                    + "); one primary contrast a "
-                    f"claim: {summary(done, len(runnable))}, and "
+                    + "); one primary contrast a claim, judged by the mean over "
+                    f"{len(args.seeds)} seeds and its "
+                    f"95% interval: {summary(done, len(runnable))}, and "
                     f"{len(CLAIMS) - len(runnable)} registered as not run here.")
+            line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
             new = old[:old.index(README_START) + len(README_START)] + "\n" + line + "\n" + \
                 old[old.index(README_END):]
             with open(args.readme + ".tmp", "w") as f:
                 f.write(new)
             os.replace(args.readme + ".tmp", args.readme)
     return text
+
+
+def rates_table(results: dict) -> list[str]:
+    """The rule's simulated error rates at each claim's observed per-seed sd of d and its seeds
+    (error_rates), for the doc's paragraph after the main table."""
+    pct = lambda x: f"{100 * x:.0f}%" if x >= 0.005 or x == 0 else "<1%"  # noqa: E731
+    rows, equal, cache = [], [], {}
+    for cid, r in results.items():
+        p, digits = r["primary"], CLAIMS[cid].get("digits", 1)
+        if "sd" not in p:
+            continue
+        key = (p["n"], round(p["sd"] / p["delta"], 6), p["kind"])
+        if key not in cache:
+            cache[key] = error_rates(p["n"], p["sd"] / p["delta"], 1.0, p["kind"])
+        e, sd = cache[key], f"{p['sd']:.{digits + 1}f} ({p['sd'] / p['delta']:.2g} delta)"
+        if p["kind"] == "equal":
+            equal.append(f"{cid} ({p['n']} seeds, sd {sd}): P(equivalent | an effect of delta) "
+                         f"{pct(e['fp'])}, P(not equivalent | no effect) {pct(e['fn1'])}")
+            continue
+        rows.append([cid, str(p["n"]), sd, pct(e["fp"]), pct(e["fn1"]), pct(e["fn2"]),
+                     pct(e["eq"])])
+    if not rows:
+        return []
+    return [f"**The rule's error rates at the observed noise.** For each claim, d simulated "
+            f"{SIM_DRAWS:,} times as normal with the claim's per-seed sd of d over its seeds "
+            f"(numpy's default_rng, seed {SIM_SEED}: the same figures every render) and judged "
+            "by the rule above: how often it calls the paper's direction where there is no "
+            "effect (a false positive: at most 2.5% by the 95% interval alone), misses an "
+            "effect of exactly delta or of 2 delta (false negatives), and calls no effect "
+            "equivalent within delta. At an effect of exactly delta the mean falls short of "
+            "delta about half the time, so the rule misses at least half of those whatever the "
+            "seeds. The rates depend only on sd / delta and the seeds; an sd from 3 seeds is "
+            "itself rough.", ""] + lab.md_table(
+        ["claim", "seeds", "sd of d", "P(paper's direction | no effect)",
+         "P(not paper's direction | effect = delta)",
+         "P(not paper's direction | effect = 2 delta)", "P(equivalent | no effect)"], rows) + (
+        ["", "Claims of no difference: " + "; ".join(equal) + "."] if equal else [])
 
 
 def verdict_cell(c: dict) -> str:
@@ -708,10 +835,10 @@ def earlier_section(cid: str, earlier: dict) -> list[str]:
     (text, _, delta, kind), digits = CLAIMS[cid]["primary"], CLAIMS[cid].get("digits", 1)
     same = [c["d"] for c in e["contrasts"] if c["text"] == text]
     if same:  # registered after these runs were seen: post hoc, not a verdict of the claim
-        verdict, margin = primary_verdict(same[0], delta, kind)
+        verdict, stats = primary_verdict(same[0], delta, kind)
+        p = {"d": same[0], "delta": delta, "verdict": verdict, **stats}
         lines += ["", f"The primary contrast on these runs, post hoc (registered after them, in "
-                  f"{REGISTERED[cid]}): median {median(same[0], digits)}, per seed "
-                  f"{', '.join(map(str, same[0]))}; {verdict}, margin {margin:.{digits}f}."]
+                  f"{REGISTERED[cid]}): {estimate(p, digits)}; {verdict_text(p, bold=False)}."]
     return lines
 
 
@@ -723,19 +850,41 @@ def summary(verdicts: list[str], runnable: int) -> str:
     return ", ".join([f"{short.count(PAPERS)} of {runnable} in the {PAPERS}"] + counts + rest)
 
 
-def verdict_text(p: dict) -> str:
-    """A primary's verdict in bold, with why a claim is not testable here and what the rule alone
-    gives it."""
+def estimate(p: dict, digits: int = 1) -> str:
+    """A primary's d as the doc shows it: "mean -1.5 [-2.6, -0.5] (-1.1, -1.7, -1.8)", the 95%
+    interval in brackets, every seed in parentheses."""
+    seeds = ", ".join(f"{x:.{digits}f}" for x in p["d"])
+    if "mean" not in p:
+        return f"- ({seeds})"
+    lo, hi = p["ci"]
+    return f"mean {p['mean']:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}] ({seeds})"
+
+
+def detail(p: dict) -> str:
+    """What decided a primary's verdict beyond its label: for one not detected, why, and about
+    how many seeds would decide (seeds_needed)."""
+    if p.get("verdict") != NOT_DETECTED and p.get("rule") != NOT_DETECTED or "mean" not in p:
+        return ""
+    lo, hi = p["ci"]
+    why = ("the interval is clear of 0 but the mean is short of delta: a difference too small "
+           "to count" if lo > 0 or hi < 0 else "the interval holds 0 and reaches past +-delta")
+    n = p.get("needed")
+    more = (f"about {n} seeds would decide at the observed mean and sd" if n else
+            f"over {MAX_SEEDS} seeds would be needed at the observed mean and sd")
+    return f"{why}; {more}"
+
+
+def verdict_text(p: dict, bold: bool = True) -> str:
+    """A primary's verdict (in bold), with why a claim is not testable here and what the rule
+    alone gives it, and why nothing was detected (detail)."""
+    b = "**" if bold else ""
+    extra = detail(p)
     if "why" in p:  # the rule's own "not testable here (why)" shows its why alone
         rule = p["rule"].removeprefix(f"{UNTESTED} (").removesuffix(")") \
             if p["rule"].startswith(f"{UNTESTED} (") else p["rule"]
-        return f"**{p['verdict']}** ({p['why']}; the rule alone: {rule})"
-    return f"**{p['verdict']}**"
-
-
-def median(values: list[float], digits: int = 1) -> str:
-    values = [v for v in values if not math.isnan(v)]
-    return f"{statistics.median(values):.{digits}f}" if values else "-"
+        return f"{b}{p['verdict']}{b} ({p['why']}; the rule alone: {rule}" \
+            + (f": {extra}" if extra else "") + ")"
+    return f"{b}{p['verdict']}{b}" + (f" ({extra})" if extra else "")
 
 
 def seed_list(text: str) -> list[int]:

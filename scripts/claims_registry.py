@@ -769,6 +769,43 @@ UNTESTABLE = {
                 "agree by construction, not as a finding",
 }
 
+# delta, the smallest d that counts (registered with each primary in 37c3416, unchanged since), and
+# its reason: a share of the paper's stated effect where the paper gives a number (the figures
+# quoted in each claim's "says" above), the measured noise otherwise. The noise: the start model's
+# held-out acc (the same model, each seed's problems and draws) has sd 0.3 points over the seeds;
+# its mean 'original' reward sd 0.0037; its pass@10 at T 0.4 sd 0.9 points; one run's gain per nat
+# of KL (agro-fig6, beta 0.02: 12.9, 14.4, 16.6) about 13% of its mean.
+NOISE_ACC = "the paper gives a curve, no number; 1 point is 3x the sd over seeds of the start " \
+    "model's acc (0.3)"
+NOISE_RATIO = "the paper's values are lost from our copy; 25% is about twice the seed-to-seed " \
+    "spread of one run's gain per nat (13% of its mean)"
+DELTA_WHY = {
+    "topr-fig1": NOISE_ACC, "topr-fig4": NOISE_ACC.replace("a curve", "a histogram and words "
+                                                            "(\"substantially lower\")"),
+    "topr-fig5": NOISE_ACC, "topr-fig6": NOISE_ACC, "topr-fig3": NOISE_ACC.replace(
+        "acc (0.3)", "acc (0.3), taken for the share of invalid answers too"),
+    "topr-s43": NOISE_ACC.replace("a curve", "words (\"slightly, but consistently higher\")"),
+    "topr-fig7": NOISE_ACC,
+    "topr-fig8": "a share of the paper's effect: about a quarter of its 79.6 - 75.4 = 4.2 points",
+    "agro-fig2": NOISE_ACC.replace("a curve, no number", "curves; its numbers are lost from our "
+                                   "copy"),
+    "agro-fig5": NOISE_ACC.replace("a curve, no number", "curves; its numbers are lost from our "
+                                   "copy"),
+    "agro-s81": NOISE_ACC.replace("a curve, no number", "\"within statistical errors\", no "
+                                  "number"),
+    "agro-fig6": NOISE_RATIO, "agro-fig4": NOISE_RATIO,
+    "spo-fig1": "the paper gives pass@10 as a curve (Fig. 1), no number; 1 point is about the sd "
+                "over seeds of the start model's pass@10 (0.9)",
+    "spo-both": "the paper gives no number for SPO's gain over its start; 1 point is about the sd "
+                "over seeds of the start model's pass@10 (0.9)",
+    "cr-table1": "a share of the paper's effect: 7% of A then B - SFT, 0.4849 - 0.3385 = 0.146 "
+                 "(2.7x the sd over seeds of the start model's reward, 0.0037)",
+    "cr-s51": "a share of the paper's effect: 4% of SFT 0.3385 - the collapse to 0.1, 0.24 "
+              "(2.7x the sd over seeds of the start model's reward, 0.0037)",
+    "cr-table2": "a share of the paper's effect: 7% of A - RLOO, 0.2656 - 0.129 = 0.137 (2.7x the "
+                 "sd over seeds of the start model's reward, 0.0037)",
+}
+
 # One sentence a claim, the last of its section in docs/CLAIMS.md: what a reader may and may not
 # conclude from its runs (written from docs/claims/<claim>.json and docs/CLAIMS-notes.md).
 CONCLUDE = {
@@ -793,8 +830,9 @@ CONCLUDE = {
                  "says it does; not that AGRO is worse offline at the paper's scale.",
     "agro-fig6": "You may conclude that here, as in the paper, a larger beta (0.5 against 0.02) "
                  "learned more slowly, ended with less KL and gained more accuracy per nat in all "
-                 "three seeds; not how large the effect is at the paper's betas (lost from our "
-                 "copy).",
+                 "three seeds; not that the gain per nat is established (its 95% interval, -0.8 "
+                 "to 5.5, holds 0 at 3 seeds), nor how large it is at the paper's betas (lost "
+                 "from our copy).",
     "spo-fig1": "You may conclude that at lr 6e-5, 1,000x the paper's, SPO's pass@10 fell below "
                 "the start model's in all three seeds (by 61 points in one), and at the paper's "
                 "lr the tiny model did not move; not whether SPO improves pass@10 at its own "
@@ -807,13 +845,13 @@ CONCLUDE = {
                  "reduces invalid answers, since the start model has almost none to reduce.",
     "topr-s43": "You may conclude that at equal p~ the p = 50% set ended above the p = 10% set by "
                 "about 1.4 points in two seeds and 0.2 in the third; not a consistent effect, "
-                "since the median is 0.37 past delta and the per-p~ contrasts split.",
+                "since the mean (1.0) sits at delta and its 95% interval, -0.7 to 2.7, holds 0.",
     "topr-fig7": "You may conclude that untruncated IS fell to 0% at both clips while TOPR did "
                  "not; not that TOPR is more robust to the clip, since IS failed at clip 1 too, "
                  "where the paper finds the two equal, and TOPR ended below its start.",
     "topr-fig8": "You may conclude that over 6 rounds Anna Karenina sampling ended 0.8-1.5 points "
-                 "above uniform sampling, median just 0.16 past delta; not the paper's 4-point "
-                 "gain, and three seeds this close to delta are weak evidence.",
+                 "above uniform sampling, its 95% interval (0.4 to 1.9) clear of 0 and its mean "
+                 "(1.2) just past delta; not the paper's 4-point gain, which lies outside it.",
     "agro-s81": "You may conclude that agro.py's off-policy estimator at lambda_LR 0 and rloo.py "
                 "with the KL in the reward give the same runs, a check of the code; not the "
                 "paper's finding, since both arms compute one estimator on identical samples.",

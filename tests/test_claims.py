@@ -146,30 +146,68 @@ def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_p
 
 
 # ---- The rule of one primary contrast a claim (RULE) ---------------------------------------------
+@pytest.mark.parametrize("df,level,t", [(1, 0.95, 12.706), (2, 0.95, 4.303), (2, 0.90, 2.920),
+                                        (3, 0.90, 2.353), (4, 0.95, 2.776), (9, 0.95, 2.262),
+                                        (29, 0.95, 2.045), (99, 0.95, 1.984)])
+def test_the_t_quantile_is_the_tables(df, level, t):
+    assert claims.t_quantile(level, df) == pytest.approx(t, abs=5e-4)
+
+
 @pytest.mark.parametrize("d,kind,verdict", [
-    ([3.0, 4.0, 5.0], "more", "paper's direction"),
-    ([1.2, 1.1, -30.0], "more", "paper's direction"),     # an outlier seed does not break it
-    ([-10.9, -7.5, -61.6], "more", "opposite direction"),  # nor blur it into "not detected"
-    ([0.4, -0.3, 0.2], "more", "not detected at this power"),  # 3 seeds cannot show none
+    ([3.0, 4.0, 5.0], "more", "paper's direction"),        # 95% interval [1.5, 6.5]
+    ([1.0, 1.5, 2.0], "more", "paper's direction"),        # [0.26, 2.74], mean 1.5 >= delta
+    ([-3.0, -4.0, -5.0], "more", "opposite direction"),
+    ([1.2, 1.1, -30.0], "more", "not detected at this power"),  # the median rule: paper's
+    ([-10.9, -7.5, -61.6], "more", "not detected at this power"),  # the median rule: opposite
+    ([0.88, 0.97, 0.94], "more", "not detected at this power"),  # clear of 0, short of delta
+    ([0.4, -0.3, 0.2], "more", "equivalent within delta"),  # 90% interval [-0.51, 0.71]
     ([-5.0, 0.5, 6.0], "more", "not detected at this power"),  # the seeds split: run more
-    ([0.5, 0.6, 30.0], "more", "not detected at this power"),  # one seed alone cannot make it
     ([0.4, -0.3, 0.2], "equal", "equivalent within delta"),
-    ([2.0, 3.0, 0.1], "equal", "opposite direction"),     # a difference where none is claimed
+    ([2.0, 2.5, 3.0], "equal", "opposite direction"),     # a difference where none is claimed
+    ([2.0, 3.0, 0.1], "equal", "not detected at this power"),  # the median rule: opposite
     ([-5.0, 0.5, 6.0], "equal", "not detected at this power"),
 ])
-def test_a_claims_verdict_reads_its_primary_contrasts_median_seed(d, kind, verdict):
+def test_a_claims_verdict_reads_the_mean_and_its_interval_over_the_seeds(d, kind, verdict):
     assert claims.primary_verdict(d, 1.0, kind)[0] == verdict
 
 
-def test_the_margin_is_the_medians_distance_past_the_deciding_threshold():
-    assert claims.primary_verdict([3.0, 4.0, 5.0], 1.0) == ("paper's direction", 3.0)
-    assert claims.primary_verdict([-3.0, -2.5, 9.0], 1.0) == ("opposite direction", 1.5)
-    verdict, margin = claims.primary_verdict([-5.0, 0.5, 6.0], 1.0)
-    assert verdict == "not detected at this power" and margin == pytest.approx(-0.5)  # short
-    verdict, margin = claims.primary_verdict([0.4, -0.3, 0.2], 1.0)  # 0.8 short of delta
-    assert verdict == "not detected at this power" and margin == pytest.approx(-0.8)
+def test_the_verdicts_figures_are_the_mean_its_intervals_and_the_seeds_that_would_decide():
+    verdict, p = claims.primary_verdict([3.0, 4.0, 5.0], 1.0)
+    half, half90 = 4.3027 / math.sqrt(3), 2.9200 / math.sqrt(3)  # sd 1, t at 2 df
+    assert (p["n"], p["mean"], p["sd"]) == (3, 4.0, 1.0) and "needed" not in p
+    assert p["ci"] == pytest.approx([4 - half, 4 + half], abs=1e-3)
+    assert p["ci90"] == pytest.approx([4 - half90, 4 + half90], abs=1e-3)
+    verdict, p = claims.primary_verdict([1.0, 1.5, 3.5], 1.0)  # mean 2, sd 1.32: [-1.3, 5.3]
+    assert verdict == "not detected at this power"
+    # t(k - 1) sd / sqrt(k) < 2 from k = 5 (3.18 x 1.32 / 2 = 2.1 no; 2.78 x 1.32 / 2.24 yes)
+    assert p["needed"] == 5 == claims.seeds_needed(2.0, p["sd"], 1.0, "more", 3)
+    assert "about 5 seeds would decide" in claims.verdict_text(dict(p, verdict=verdict))
+    assert claims.primary_verdict([0.99, 0.89, 1.09], 1.0)[1]["needed"] is None  # near delta
     assert claims.primary_verdict([1.0, 2.0], 1.0)[0] == "too few seeds"
     assert claims.primary_verdict([math.nan, 1.0, 2.0], 1.0)[0].startswith("not testable here")
+    with pytest.raises(ValueError):
+        claims.decide(1.0, 0.1, 0.1, 1.0, "less")
+
+
+def test_the_simulated_error_rates_are_reproducible_and_within_what_the_rule_allows():
+    """No effect: the 95% interval alone calls the paper's direction at most 2.5% of the time
+    (the mean past delta, less); TOST calls an effect of delta equivalent at most 5%."""
+    e = claims.error_rates(3, 1.0, 1.0, "more")  # sd = delta, 3 seeds
+    assert e == claims.error_rates(3, 1.0, 1.0, "more")  # a fixed seed: the same figures
+    assert e["fp"] <= 0.025 and 0.5 <= e["fn1"] <= 1 and e["fn2"] < e["fn1"]
+    assert e == claims.error_rates(3, 2.0, 2.0, "more")  # sd / delta alone matters
+    assert claims.error_rates(3, 0.01, 1.0, "equal")["fp"] == pytest.approx(0.05, abs=0.01)
+    more = claims.error_rates(10, 1.0, 1.0, "more")
+    assert more["fn2"] < e["fn2"]  # more seeds, more power
+
+
+def test_every_runnable_claims_delta_says_why():
+    """A share of the paper's stated effect where it gives a number, the measured noise else."""
+    runnable = {c for c, v in claims.CLAIMS.items() if v.get("runs", True)}
+    assert set(claims.DELTA_WHY) == runnable
+    for cid, why in claims.DELTA_WHY.items():
+        assert why.startswith("a share of the paper's effect") or " sd " in why \
+            or "spread" in why, cid
 
 
 def test_a_claim_registered_as_not_testable_is_never_in_the_papers_direction(monkeypatch):
@@ -245,7 +283,7 @@ def test_the_dry_run_prints_every_arms_command_for_a_real_model_and_each_parses(
 def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_earlier_rule(
         tmp_path, monkeypatch):
     """A result of topr-fig1 as claims.py keeps it in docs/claims (seeds keyed as text, made before
-    the rule), its runs gone: the main table's row gives the primary's median, margin and
+    the rule), its runs gone: the main table's row gives the primary's mean, interval, delta and
     verdict, what differs from the paper, and the verdict of the rule it was registered under."""
     curve = [{"step": 0, "acc": 20.0, "acc3": 30.0, "acc4": 10.0, "format": 90.0, "pass": 50.0,
               "kl": 0.0}]
@@ -254,7 +292,7 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
                 "start3": start, "start4": start, "pass": 50.0, "format": 90.0, "peak": end,
                 "steps": 500, "area": end, "kl": 0.1}
     figures = {str(s): {"topr": fig(20.0, 20.0 + up), "naive": fig(20.0, 0.0),
-                        "topr-p67": fig(20.0, 28.0)} for s, up in [(0, 0.9), (1, -1.8), (2, -2.2)]}
+                        "topr-p67": fig(20.0, 28.0)} for s, up in [(0, -1.2), (1, -1.8), (2, -2.2)]}
     result = {"claim": "topr-fig1", "seeds": [0, 1, 2], "quick": False, "jobs": 2,
               "runs": [str(tmp_path / "gone")],
               "figures": figures, "p": {}, "contrasts": [], "verdict": "partly", "minutes": 1.0,
@@ -267,7 +305,9 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
                               readme="", sft=str(tmp_path), seeds=[0, 1, 2])
     text = claims.write_doc(args)
     row = next(line for line in text.splitlines() if line.startswith("| [[TOPR] Fig. 1"))
-    assert "-1.8 (0.9, -1.8, -2.2), margin 0.8" in row
+    assert f"mean -1.7 [-3.0, -0.5] (-1.2, -1.8, -2.2); delta 1: {claims.DELTA_WHY['topr-fig1']}" \
+        in row
+    assert "| topr-fig1 | 3 | 0.50 (0.5 delta) | " in text  # the simulated error rates
     assert "| **opposite direction** |" in row and row.endswith("| partly (these runs) |")
     table = text.index("| claim | the paper says |")
     assert text.rindex("a 1M-parameter character model on Countdown, lr 100x", 0, table) > 0
@@ -328,8 +368,8 @@ def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary
     section = doc[doc.index("## topr-fig4"):]
     assert "Not yet run under the primary-contrast rule." in section
     assert f"| {text} | -8.0 ± 1.5 | -6.9, -7.5, -9.7 | not reproduced |" in section
-    assert ("post hoc (registered after them, in 37c3416): median -7.5, per seed -6.9, -7.5, "
-            "-9.7; opposite direction, margin 6.5.") in section
+    assert ("post hoc (registered after them, in 37c3416): mean -8.0 [-11.7, -4.4] (-6.9, -7.5, "
+            "-9.7); opposite direction.") in section
     assert "## topr-fig1" not in doc  # neither run again nor in the earlier archive
 
 
