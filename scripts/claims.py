@@ -48,8 +48,8 @@ from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims, their arms and settings, as data)
 from claims_registry import (  # noqa: E402
     CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL, PROBES_ADDED,
-    QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, departures,
-    label)
+    QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
+    REGISTRATION, departures, label)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -88,8 +88,8 @@ RULE = ("Each claim has one **primary contrast**, about the paper's own method, 
 # The primary rule's verdicts (RULE), and a claim that its runs cannot test (UNTESTABLE)
 PAPERS, OPPOSITE = "paper's direction", "opposite direction"
 NOT_DETECTED, EQUIVALENT = "not detected at this power", "equivalent within delta"
-UNTESTED = "not testable here"
-VERDICTS = (PAPERS, OPPOSITE, NOT_DETECTED, EQUIVALENT, UNTESTED)
+UNTESTED, COLLAPSED = "not testable here", "the comparator collapsed"  # CO_CONDITIONS
+VERDICTS = (PAPERS, OPPOSITE, NOT_DETECTED, EQUIVALENT, COLLAPSED, UNTESTED)
 EARLIER_RULE = (
     "The rule of 1987642, for the secondary contrasts: **reproduced** if the mean of d over the "
     "seeds exceeds one sample sd, **not reproduced** if it is below minus one sd, "
@@ -370,16 +370,27 @@ def primary_of(cid: str, r: dict) -> dict:
     too)."""
     text, fn, delta, kind = CLAIMS[cid]["primary"]
     d = []
-    for s in r["seeds"]:  # result.json keys seeds as text
+    for s in r["seeds"]:
         try:
-            d.append(fn(r["figures"][str(s)] if str(s) in r["figures"] else r["figures"][s]))
+            d.append(fn(seed_figures(r, s)))
         except ZeroDivisionError:
             d.append(math.nan)
     verdict, stats = ("smoke", {}) if r["quick"] else primary_verdict(d, delta, kind)
     out = {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict, **stats}
     if cid in UNTESTABLE and not r["quick"]:  # whatever d says: the rule's outcome kept beside it
         out.update(verdict=UNTESTED, why=UNTESTABLE[cid], rule=verdict)
+    if cid in CO_CONDITIONS and not r["quick"]:  # the paper's method must hold its ground too
+        co_text, co_fn = CO_CONDITIONS[cid]
+        c = [co_fn(seed_figures(r, s)) for s in r["seeds"]]
+        out["co"] = {"text": co_text, "c": c, "mean": statistics.mean(c)}
+        if verdict == PAPERS and out["co"]["mean"] < 0:
+            out.update(verdict=COLLAPSED, rule=verdict)
     return out
+
+
+def seed_figures(r: dict, seed) -> dict:
+    """One seed's figures of a result (result.json keys seeds as text)."""
+    return r["figures"][str(seed)] if str(seed) in r["figures"] else r["figures"][seed]
 
 
 def run_name(path: str) -> str:
@@ -699,7 +710,7 @@ def write_doc(args) -> str:
             then.append(f"{earlier['claims'][cid]['verdict']} (the earlier runs)")
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
                      f"{verdict_text(p) if p else '**not run yet**'} | {'; '.join(then)} |")
-    lines += [""] + rates_table(results)
+    lines += [""] + rates_table(results) + [""] + registration_paragraph()
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -722,7 +733,13 @@ def write_doc(args) -> str:
             + (f", registered in {REGISTERED[cid]}" if cid in REGISTERED else "")
             + f"): {p['text']}: {estimate(p, digits)}; {verdict_text(p)}"
             + (f"; results at {r['commit']}" if "commit" in r else "")
-            + f". Delta {p['delta']:g}: {DELTA_WHY[cid]}."]
+            + f". Delta {p['delta']:g}: {DELTA_WHY[cid]}." + registration(cid)]
+        if "co" in p:
+            lines += ["", f"Co-condition (added after the results were seen, issue 70): "
+                      f"{p['co']['text']}: {ms(p['co']['c'], digits)} "
+                      f"({', '.join(f'{x:.{digits}f}' for x in p['co']['c'])}); "
+                      + ("met." if p["co"]["mean"] >= 0 else "not met: TOPR ended below its "
+                         "start, so a lead over the comparator is a lead over a collapse.")]
         lines += (["", "| secondary contrast (paper's direction positive) | mean ± sd | per seed "
                    "| verdict (the rule of 1987642) |", "|---|---|---|---|"]
                   if r["contrasts"] else [])
@@ -768,6 +785,32 @@ def write_doc(args) -> str:
                 f.write(new)
             os.replace(args.readme + ".tmp", args.readme)
     return text
+
+
+def registration(cid: str) -> str:
+    """How a claim's primary was chosen (REGISTRATION), as its section says it."""
+    if cid not in REGISTRATION:
+        return ""
+    how, what = REGISTRATION[cid]
+    return f" Registration: {'ran blind' if how == 'blind' else 'not blind'}: {what}."
+
+
+def registration_paragraph() -> list[str]:
+    """Which primaries ran blind and which were chosen with results seen (REGISTRATION)."""
+    blind = [c for c, (how, _) in REGISTRATION.items() if how == "blind"]
+    seen = [c for c in EARLIER_CLAIMS if REGISTRATION.get(c, ("",))[0] == "seen"]
+    reuse = [c for c, (how, what) in REGISTRATION.items()
+             if how == "seen" and c not in EARLIER_CLAIMS]
+    return [f"**What was registered blind.** No primary, delta or verdict arm changed after "
+            f"37c3416, but that is true of the code, not of the choices. Ran blind: "
+            f"{', '.join(blind)} and agro-fig4's off-policy arm (registered before any of their "
+            f"runs). Chosen after results had been seen: {', '.join(seen)} (37c3416 came after "
+            f"{EARLIER} had rendered these nine with the same code and seeds; topr-fig1's "
+            "primary, TOPR end - start, which had failed there, was chosen over TOPR end - naive "
+            f"end, which had passed); and {', '.join(reuse)} reuse runs already seen "
+            "(agro-fig4 its on-policy arm). Each claim's section says which. The co-conditions "
+            "of topr-fig6 and topr-fig7 (the paper's method must end at or above its start, or "
+            f"the verdict is **{COLLAPSED}**) were added after their results were seen.", ""]
 
 
 def rates_table(results: dict) -> list[str]:
@@ -884,6 +927,12 @@ def verdict_text(p: dict, bold: bool = True) -> str:
             if p["rule"].startswith(f"{UNTESTED} (") else p["rule"]
         return f"{b}{p['verdict']}{b} ({p['why']}; the rule alone: {rule}" \
             + (f": {extra}" if extra else "") + ")"
+    if p["verdict"] == COLLAPSED:
+        co = p["co"]
+        return (f"{b}{p['verdict']}{b} (the rule alone: {p['rule']}, but "
+                f"{co['text'].split(': ', 1)[-1]} is {co['mean']:.1f} in the mean "
+                f"({', '.join(f'{x:.1f}' for x in co['c'])}): TOPR ended below its start, "
+                "ahead of a comparator that fell further, not a win)")
     return f"{b}{p['verdict']}{b}" + (f" ({extra})" if extra else "")
 
 

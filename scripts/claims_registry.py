@@ -806,6 +806,38 @@ DELTA_WHY = {
                  "sd over seeds of the start model's reward, 0.0037)",
 }
 
+# Co-conditions (issue 70, added after the results were seen): a win over a comparator that
+# collapsed is not a win. Where the paper's method must also hold its ground, (text, fn of one
+# seed's figures): a verdict in the paper's direction stands only if the mean of fn over the
+# seeds is >= 0; else the verdict is "the comparator collapsed", the rule's outcome beside it.
+CO_CONDITIONS = {
+    "topr-fig6": ("TOPR ends at or above its start: TOPR end - start, mean over p~ 1, 5, 10%",
+                  lambda m: statistics.mean(m[f"topr-pt{x}"]["acc"] - m[f"topr-pt{x}"]["start"]
+                                            for x in (1, 5, 10))),
+    "topr-fig7": ("TOPR ends at or above its start: TOPR end - start at clip 100",
+                  lambda m: m["topr-clip100"]["acc"] - m["topr-clip100"]["start"]),
+}
+
+# How each primary was chosen (issue 70): no primary, delta or arm changed after 37c3416, but
+# 37c3416 came after 1987642 had rendered results for nine claims with the same code and seeds
+# (EARLIER_CLAIMS: the primary chosen with those results seen), six claims reuse runs already
+# seen, and only four ran blind. "blind" or "seen", with what was seen.
+SEEN_1987642 = "chosen after 1987642's runs of this claim (same code and seeds, another start " \
+    "model) had been seen; its verdict's runs came after"
+REGISTRATION = {
+    **{cid: ("seen", SEEN_1987642) for cid in EARLIER_CLAIMS},
+    "topr-fig1": ("seen", SEEN_1987642 + "; chosen over TOPR end - naive end, which had passed "
+                  "there, where this one had not"),
+    **{cid: ("seen", f"reuses {of}'s runs, seen before this primary was registered")
+       for cid, of in [("topr-fig3", "topr-fig1"), ("topr-s43", "topr-fig5"),
+                       ("agro-s81", "agro-fig2"), ("spo-both", "spo-fig1"),
+                       ("cr-table2", "cr-table1")]},
+    "agro-fig4": ("seen", "its on-policy arm reuses agro-fig2's runs, seen before; its off-policy "
+                  "arm ran blind"),
+    **{cid: ("blind", "registered before any of its runs") for cid in (
+        "topr-fig7", "topr-fig8", "cr-s51")},
+}
+
 # One sentence a claim, the last of its section in docs/CLAIMS.md: what a reader may and may not
 # conclude from its runs (written from docs/claims/<claim>.json and docs/CLAIMS-notes.md).
 CONCLUDE = {

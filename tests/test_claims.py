@@ -219,13 +219,13 @@ def test_a_claim_registered_as_not_testable_is_never_in_the_papers_direction(mon
     assert all(why.startswith(("at the ceiling", "an arm known to collapse", "a code check"))
                for why in claims.UNTESTABLE.values())
     r = {"seeds": [0, 1, 2], "quick": False, "figures": {str(s): {} for s in range(3)}}
-    for cid in [*claims.UNTESTABLE, "topr-fig6"]:
+    for cid in [*claims.UNTESTABLE, "topr-fig8"]:
         text, _, delta, kind = claims.CLAIMS[cid]["primary"]
         far = (lambda m: 0.0) if kind == "equal" else (lambda m, x=5 * delta: x)
         monkeypatch.setitem(claims.CLAIMS, cid, dict(claims.CLAIMS[cid],
                                                      primary=(text, far, delta, kind)))
         p = claims.primary_of(cid, r)
-        if cid == "topr-fig6":
+        if cid == "topr-fig8":
             assert p["verdict"] == "paper's direction" and "why" not in p
             continue
         assert p["verdict"] == "not testable here" and p["why"] == claims.UNTESTABLE[cid], cid
@@ -335,6 +335,73 @@ def test_every_primary_names_the_commit_that_registered_it_and_that_commit_has_i
         for cid in [c for c, k in claims.REGISTERED.items() if k == commit]:
             text = claims.CLAIMS[cid]["primary"][0]
             assert f'primary=("{text[:40]}' in text_then.replace("\n                 ", ""), cid
+
+
+def sample_figures(cid: str, k: int) -> dict:
+    """Fixed figures for every arm of a claim (sample k): a primary's value on them pins it."""
+    out = {}
+    for i, a in enumerate(sorted(claims.CLAIMS[cid]["arms"])):
+        def v(j):
+            return 10 + ((i * 7 + j * j * 3 + k * 5 + j * k * 11) % 23) + 0.25 * j
+        out[a] = {"start": v(0), "acc": v(0) + 1 + v(1) / 10, "peak": v(2) + 20, "area": v(3),
+                  "kl": 0.5 + v(4) / 100, "format": v(5), "curve": [{"step": 0, "format": v(6)}],
+                  "p10": v(7), "p10_0": v(8), "p1": v(9), "p1_0": v(10), "score": v(11) / 100,
+                  "score0": v(12) / 100, "score4": v(13) / 100}
+    return out
+
+
+# Each primary as registered in 37c3416 (issue 70 pinned them here): its value on sample_figures
+# 0 and 1, delta and kind. A change to any of them is a new registration, not an edit.
+PINNED = {
+    "topr-fig1": (3.025, 2.325, 1.0, "more"), "topr-fig4": (-20.8, 2.2, 1.0, "more"),
+    "topr-fig5": (-9.9, -8.75, 1.0, "more"), "topr-fig6": (4.033333, -2.866667, 1.0, "more"),
+    "agro-fig2": (2.0, 2.0, 1.0, "more"), "agro-fig5": (9.0, 9.0, 1.0, "more"),
+    "agro-fig6": (-0.193876, 0.827453, 0.25, "more"), "spo-fig1": (-22.25, 12.75, 1.0, "more"),
+    "cr-table1": (-0.0025, 0.1175, 0.01, "more"), "topr-fig3": (12.75, 1.75, 1.0, "more"),
+    "topr-s43": (0.2, 0.2, 1.0, "more"), "topr-fig7": (13.1, -7.6, 1.0, "more"),
+    "topr-fig8": (-7.7, -5.4, 1.0, "more"), "agro-s81": (-7.0, 16.0, 1.0, "equal"),
+    "agro-fig4": (-0.146006, 0.867221, 0.25, "equal"), "spo-both": (0.75, 0.75, 1.0, "more"),
+    "cr-s51": (0.0025, 0.1125, 0.01, "more"), "cr-table2": (-0.14, 0.09, 0.01, "more"),
+}
+
+
+def test_every_primarys_function_delta_and_kind_are_as_registered():
+    runnable = {c for c, v in claims.CLAIMS.items() if v.get("runs", True)}
+    assert set(PINNED) == runnable
+    for cid, (v0, v1, delta, kind) in PINNED.items():
+        _, fn, d, k = claims.CLAIMS[cid]["primary"]
+        assert (d, k) == (delta, kind), cid
+        assert [fn(sample_figures(cid, 0)), fn(sample_figures(cid, 1))] == pytest.approx(
+            [v0, v1], abs=1e-5), cid
+
+
+def test_a_win_over_a_comparator_that_collapsed_is_labelled_so(monkeypatch):
+    """topr-fig6 and topr-fig7: in the paper's direction by the rule, but TOPR below its start
+    in the mean: "the comparator collapsed"; TOPR at or above its start keeps the verdict."""
+    assert set(claims.CO_CONDITIONS) == {"topr-fig6", "topr-fig7"}
+    for cid in claims.CO_CONDITIONS:
+        for drop, verdict in [(-2.0, "the comparator collapsed"), (0.0, "paper's direction")]:
+            text, _, delta, kind = claims.CLAIMS[cid]["primary"]
+            monkeypatch.setitem(claims.CLAIMS, cid, dict(claims.CLAIMS[cid], primary=(
+                text, lambda m: 5.0, delta, kind)))
+            figs = {a: {"acc": 10.0 + drop, "start": 10.0} for a in claims.CLAIMS[cid]["arms"]}
+            r = {"seeds": [0, 1, 2], "quick": False, "figures": {str(s): figs for s in range(3)}}
+            p = claims.primary_of(cid, r)
+            assert p["verdict"] == verdict and p["co"]["mean"] == drop, (cid, p)
+            if drop < 0:
+                assert p["rule"] == "paper's direction"
+                assert claims.verdict_text(p).startswith("**the comparator collapsed** (the rule")
+
+
+def test_the_registration_says_which_primaries_ran_blind():
+    runnable = {c for c, v in claims.CLAIMS.items() if v.get("runs", True)}
+    assert set(claims.REGISTRATION) == runnable
+    blind = {c for c, (how, _) in claims.REGISTRATION.items() if how == "blind"}
+    assert blind == {"topr-fig7", "topr-fig8", "cr-s51"}  # and agro-fig4's off-policy arm
+    assert "off-policy arm ran blind" in claims.REGISTRATION["agro-fig4"][1]
+    assert "naive" in claims.REGISTRATION["topr-fig1"][1]
+    text = " ".join(claims.registration_paragraph())
+    assert "Ran blind: topr-fig7, topr-fig8, cr-s51 and agro-fig4's off-policy arm" in text
 
 
 def test_every_probe_arm_names_the_commit_that_added_it():
