@@ -844,9 +844,9 @@ def rates_table(results: dict) -> list[str]:
             "delta about half the time, so the rule misses at least half of those whatever the "
             "seeds. The rates depend only on sd / delta and the seeds; an sd from 3 seeds is "
             "itself rough.", ""] + lab.md_table(
-        ["claim", "seeds", "sd of d", "P(paper's direction | no effect)",
-         "P(not paper's direction | effect = delta)",
-         "P(not paper's direction | effect = 2 delta)", "P(equivalent | no effect)"], rows) + (
+        ["claim", "seeds", "sd of d", "P(paper's direction \\| no effect)",
+         "P(not paper's direction \\| effect = delta)",
+         "P(not paper's direction \\| effect = 2 delta)", "P(equivalent \\| no effect)"], rows) + (
         ["", "Claims of no difference: " + "; ".join(equal) + "."] if equal else [])
 
 
