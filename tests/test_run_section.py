@@ -307,3 +307,38 @@ def test_a_run_killed_at_a_random_moment_then_resumed_ends_as_if_never_stopped(n
     a, b = (load_file(os.path.join(run, "final", "model.safetensors"))
             for run in (straight, tmp_path / "run"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---- common.Run's loop helpers: where a resumed run stands, and what a step's end does ---------
+def test_done_before_skips_exactly_the_points_of_the_loops_a_resumed_run_had_trained():
+    """topr.py's loops resume at the checkpoint's `next` = (iteration, epoch, minibatch): every
+    point before it is done, that point and every one after it is not; a new run has done none."""
+    run = common.Run.__new__(common.Run)
+    run.state = None
+    assert not run.done_before(0) and not run.done_before(0, 0, 0)
+    run.state = {"next": (1, 0, 2)}
+    assert run.done_before(0) and run.done_before(0, 3) and run.done_before(0, 0, 9)
+    assert not run.done_before(1) and not run.done_before(1, 0)  # iteration 1 is under way
+    assert run.done_before(1, 0, 1) and not run.done_before(1, 0, 2)
+    assert not run.done_before(1, 1) and not run.done_before(2) and not run.done_before(1, 1, 0)
+
+
+@pytest.mark.parametrize("last, late, evaluates, saves, ends", [
+    (False, False, False, False, False),  # step 3: neither due
+    (True, False, True, True, True),  # the last step: both, then the end
+    (False, True, True, True, True)])  # past --time-limit: both, then the end (stopped early)
+def test_end_step_evaluates_saves_and_ends_where_due(last, late, evaluates, saves, ends,
+                                                     tmp_path):
+    args = argparse.Namespace(out=str(tmp_path), eval_every=2, save_every=4, time_limit=None,
+                              resume=None, task="t")
+    run = common.Run(argparse.ArgumentParser(), args, "x.py", keys=set())
+    saved, rows = [], []
+    run.log = lambda step, row: rows.append((step, dict(row)))
+    run.checkpoint = lambda step, **extra: saved.append((step, extra))
+    run.deadline = -math.inf if late else math.inf
+    assert run.end_step(3, {"loss": 1.0}, lambda: {"eval": 1}, last=last, next=(0, 1)) == ends
+    assert rows == [(3, {"loss": 1.0, **({"eval": 1} if evaluates else {})})]
+    assert saved == ([(3, {"next": (0, 1)})] if saves else [])
+    assert run.stopped_early == (late and not last)
+    assert run.end_step(4, {}, lambda: {"eval": 2}, last=False) == late  # both due at step 4
+    assert rows[-1] == (4, {"eval": 2}) and saved[-1] == (4, {})
