@@ -49,20 +49,20 @@ PM1_BASELINE = -0.8
 # 1e-5, 1e-6 (docs/REAL-MODEL.md measures it on SmolLM2; an earlier lr sweep there ran on a kv
 # engine that sampled another policy, and is withdrawn). max_new_tokens: 512 as in [TOPR] §4.
 # keep: 1000, a quarter of the 500 x 8 samples, gained more per minute than keeping them all.
-DEFAULTS = {  # flag: (tiny, a pretrained model, --report-variant)
-    "iterations": (6, 6, {"original": 1, "A": 1, "A+B": 2}),
-    "prompts": (500, 500, 1000),
-    "group_size": (8, 8, 1),
-    "epochs": (1, 1, 2),
-    "batch_size": (64, 64, 32),
-    "temperature": (1.0, 1.0, 0.15),
-    "top_p": (1.0, 1.0, 0.85),
-    "loss_norm": ("seq/len", "seq/len", "seq"),
-    "lr": (5e-5, 1e-5, 1e-4),
-    "sampling": ("anna-karenina", "anna-karenina", "uniform"),
-    "keep": (1000, 1000, 0),
-    "reward": (PM1, PM1, {"original": "original", "A": "A", "A+B": "A+B"}),
-    "max_new_tokens": (64, 512, None),
+DEFAULTS = {  # flag:  tiny,            pretrained,      --report-variant
+    "iterations":     (6,               6,               {"original": 1, "A": 1, "A+B": 2}),
+    "prompts":        (500,             500,             1000),
+    "group_size":     (8,               8,               1),
+    "epochs":         (1,               1,               2),
+    "batch_size":     (64,              64,              32),
+    "temperature":    (1.0,             1.0,             0.15),
+    "top_p":          (1.0,             1.0,             0.85),
+    "loss_norm":      ("seq/len",       "seq/len",       "seq"),
+    "lr":             (5e-5,            1e-5,            1e-4),
+    "sampling":       ("anna-karenina", "anna-karenina", "uniform"),
+    "keep":           (1000,            1000,            0),
+    "reward":         (PM1,             PM1,             {v: v for v in ("original", "A", "A+B")}),
+    "max_new_tokens": (64,              512,             None),
 }
 # The report's flags that are the same for every variant, as scripts/sweep.py passes them
 REPORT_SETTING = {flag: row[2] for flag, row in DEFAULTS.items()
@@ -100,12 +100,9 @@ def parse_args(argv=None):
         "trains on R - c; None: PM1_BASELINE (-0.8) with pm1, 0 with the task's ([CR] Eq. 4)")
     add("--split", type=float, choices=[0.0, 1.0], default=None, help="T+ = {R - c >= split}: 0 "
         "by sign as [TOPR], 1 [CR] Eq. 4 (only R = 1 gets the SFT term); None: 0 with pm1, else 1")
-    add("--loss-norm", choices=["seq/len", "seq", "token"], default=None,
-        help="LP's normalisation")
-    add("--epochs", type=common.positive_int, default=None,
-        help="passes over each iteration's data")
-    add("--batch-size", type=common.positive_int, default=None,
-        help="samples per optimizer step")
+    add("--loss-norm", choices=["seq/len", "seq", "token"], default=None, help="LP's normalisation")
+    add("--epochs", type=common.positive_int, default=None, help="passes over an iteration's data")
+    add("--batch-size", type=common.positive_int, default=None, help="samples per optimizer step")
     add("--lr", type=common.positive_float, default=None,
         help="AdamW lr, constant ([TOPR]); why each: DEFAULTS' comment")
     add("--report-variant", choices=list(DEFAULTS["iterations"][2]), default=None,
