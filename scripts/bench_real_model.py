@@ -117,6 +117,16 @@ def vllm_child(args) -> dict:
         engine.close()
 
 
+class OwnAttentionKVEngine(common.KVEngine):
+    """The kv engine on the model's own attention (transformers' sdpa or eager, which copy each
+    key/value head for the query heads that share it: repeat_kv) instead of the kv engine's
+    _grouped_query_attention: the A/B of that attention, the rest of the engine the same."""
+    name = "kv-own-attention"
+
+    def _generate_batch(self, prompts, sc):
+        return self._decode(prompts, sc)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -158,6 +168,12 @@ def main(argv=None) -> int:
             engine = common.make_engine(kind, model, tok, args.model, bf16=dtype == "bf16")
             results[kind, dtype] = measure_engine(engine, model, tok, batches, args.repeats)
             print(f"         measured {kind} {dtype}", flush=True)
+    # the A/B of the kv engine's attention: the model's own (sdpa or eager), fp32 and bf16
+    for dtype in DTYPES:
+        engine = OwnAttentionKVEngine(model, tok, bf16=dtype == "bf16")
+        own = f"kv, {model.config._attn_implementation}"
+        results[own, dtype] = measure_engine(engine, model, tok, batches, args.repeats)
+        print(f"         measured {own} {dtype}", flush=True)
     # the training batch: the kv engine's fp32 samples of the RL batch
     prompts, sc = batches["rl"]
     samples = [s for g in common.KVEngine(model, tok).generate(prompts, sc) for s in g]
@@ -189,6 +205,11 @@ def main(argv=None) -> int:
             cells.append(f"{name} {rate:6.0f} tok/s ({100 * share:.1f}% of peak, "
                          f"{r[f'{name} length']:.0f} tokens a completion)")
         print(f"sample   {kind:4s} {dtype}: " + "; ".join(cells))
+    for dtype in DTYPES:  # the kv engine's attention against the model's own
+        own = f"kv, {model.config._attn_implementation}"
+        ratio = results["kv", dtype]["rl tok/s"] / results[own, dtype]["rl tok/s"]
+        print(f"attn     kv engine's attention / the model's own ({own}), {dtype}, RL batch: "
+              f"{ratio:.2f}x tokens/s")
     for (kind, dtype), r in results.items():
         print(f"gap      {kind:4s} {dtype} sampler: fp32 trainer {r['gap fp32 trainer']:.1e}, "
               f"bf16 trainer {r['gap bf16 trainer']:.1e}")
