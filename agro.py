@@ -2,8 +2,10 @@
 
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
        2025, arXiv:2503.19612. Its symbols are the names: beta, h, rpi, b, v, lambda_lr, mu, pi.
+Names: r the reward, r_pi (rpi) the regularised one; n completions per prompt, B prompts, N = B n;
+       [N, L]: N sequences of L tokens; T the temperature
 Eqs. 1-3  pi* = argmax E r - beta KL zeroes 1/2 Var[r_pi]  tests/test_agro.py
-§3.1      r_pi = r - beta sg(h), h = log pi - log pi_ref   regularised_rewards, log_ratio
+§3.1      r_pi = r - beta sg(h), h = log pi - log pi_ref   regularised_rewards (common), log_ratio
 Eq. 4     weights r_pi,i - b_i, b_i leave-one-out mean     agro_offpolicy_weights, loo_baseline
 Eqs. 5-6  w_i: Eq. 4's + lambda_LR x g_LR, baseline v_i    agro_onpolicy_weights
 §8        -mean sg(w_i) log pi(y_i), groups of pi or mu    agro_loss, agro_step, sample_batch
@@ -44,9 +46,9 @@ KL_PROMPTS, KL_SAMPLES, EVAL_SEED = 64, 4, 0
 
 # ---- Settings: AGRO's flags (those every script shares: common.add_common_flags) ----------------
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument
     add("--mode", choices=["offpolicy", "onpolicy"], default="onpolicy",
         help="onpolicy: groups sampled from pi each step (Eqs. 5-6); offpolicy: offline (Eq. 4)")
     add("--loss", choices=["agro", "klpg"], default="agro", help="klpg: §8's KL-regularised PG")
@@ -73,8 +75,8 @@ def parse_args(argv=None):
     add("--warmup", type=common.nonnegative_int, default=10, help="lr warm-up steps (rloo.py's)")
     add("--micro-batch", type=common.positive_int, default=8,
         help="groups per forward and backward pass (memory)")
-    common.add_common_flags(p, __file__, DEFAULTS, "start model and pi_ref")
-    args = p.parse_args(argv)
+    common.add_common_flags(parser, __file__, DEFAULTS, "start model and pi_ref")
+    args = parser.parse_args(argv)
     # The defaults that depend on other flags (each flag's help says its rule)
     if args.online_fraction is None:
         args.online_fraction = float(args.mode == "onpolicy")
@@ -82,7 +84,7 @@ def parse_args(argv=None):
         args.beta = BETA_ONPOLICY if online_groups(args) > 0 else BETA_OFFPOLICY
     if args.lambda_lr is None and args.beta > 0:  # at beta 0 it stays None: nothing divides by 0
         args.lambda_lr = args.beta / 2  # the on-policy threshold below 0 (docs/DERIVATIONS.md)
-    return p, args
+    return parser, args
 
 
 def online_groups(args) -> int:
@@ -90,19 +92,20 @@ def online_groups(args) -> int:
     return round(args.online_fraction * args.prompts)
 
 
-# ---- The estimators, pure functions of tensors: B prompts, n completions each, N = B n, T tokens
+# ---- The estimators, pure functions of tensors: B prompts, n completions each, N = B n, L tokens
 def log_ratio(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor):
-    """h(y) = log pi(y|x) - log pi_ref(y|x), a sum over the tokens.  [N, T] each -> [N]"""
+    """h(y) = log pi(y|x) - log pi_ref(y|x), a sum over the tokens.  [N, L] each -> [N]"""
     return ((logprobs - ref_logprobs) * mask).sum(-1)
 
 
-def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """r_pi = r - beta sg(h), the regularised reward (§3.1).  [B, n] each"""
-    return rewards - beta * h.detach()
+# r_pi = r - beta sg(h), the regularised reward (§3.1), [B, n] each: defined once in common.py,
+# where rloo.py's --beta takes it too
+regularised_rewards = common.regularised_rewards
 
 
 def loo_baseline(values: torch.Tensor) -> torch.Tensor:
-    """b_i = 1/(n-1) sum_{j != i} values_j per group (Eq. 4), n >= 2 (else ValueError). [B, n]"""
+    """b_i = 1/(n-1) sum_{j != i} values_j per group (Eq. 4; [CR] Eq. 2's baseline, rloo.py), the
+    mean of the OTHER n-1; n >= 2 (else ValueError). [B, n]"""
     n = values.shape[-1]
     if n < 2:
         raise ValueError("a leave-one-out baseline needs n >= 2 completions per prompt")
@@ -141,8 +144,11 @@ def agro_onpolicy_weights(rpi, beta: float, lambda_lr: float, lr_baseline: str =
 
 
 def reduce_tokens(values: torch.Tensor, mask: torch.Tensor, norm: str = "seq") -> torch.Tensor:
-    """Per-token values [N, T] -> scalar. seq: sum over tokens, mean over sequences; seq/len: each
-    sum divided by its own length; token: sum over all tokens divided by their count."""
+    """Per-token values [N, L] -> scalar. seq: sum over tokens, mean over sequences; seq/len: each
+    sum divided by its own length; token: sum over all tokens divided by their count.
+    common.weighted_logprob_loss (rloo.py, topr.py) is this reduction of w_i log pi; agro.py keeps
+    its own for the KL term too, and because it multiplies w_i in before summing the tokens
+    (rloo's and topr's sum first): the same loss, its last float bit may differ."""
     if norm == "token":
         return (values * mask).sum() / mask.sum()
     per_seq = (values * mask).sum(-1)  # [N]
@@ -155,13 +161,13 @@ def reduce_tokens(values: torch.Tensor, mask: torch.Tensor, norm: str = "seq") -
 
 def agro_loss(logprobs: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor, norm: str = "seq"):
     """-mean_i sg(w_i) log pi(y_i): Eq. 4 with off-policy weights, Eqs. 5-6 with on-policy ones.
-    logprobs: [N, T] log pi(y_t|x, y_<t) with gradient;  mask: [N, T], EOS counted;  weights: [N]"""
+    logprobs: [N, L] log pi(y_t|x, y_<t) with gradient;  mask: [N, L], EOS counted;  weights: [N]"""
     return -reduce_tokens(weights.detach()[:, None] * logprobs, mask, norm)
 
 
 def token_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor, mask: torch.Tensor):
     """Exact KL(pi(.|x,y_<t) || pi_ref(.|x,y_<t)), a sum over the vocabulary, at every position.
-    logp_all, ref_logp_all: [N, T, V] log-softmax;  mask: [N, T]  ->  [N, T], 0 on padding."""
+    logp_all, ref_logp_all: [N, L, V] log-softmax;  mask: [N, L]  ->  [N, L], 0 on padding."""
     return (logp_all.exp() * (logp_all - ref_logp_all)).sum(-1) * mask
 
 
@@ -169,7 +175,7 @@ def klpg_loss(logprobs, mask, rewards, kl, beta: float, norm: str = "seq", h=Non
     """§8's KL-regularised PG. Offline groups (§8.2): -1/(B n) sum_i (r_i - b^r_i) log pi(y_i) +
     beta/(B n) sum_i sum_t KL_t(y_i), KL differentiated (Fig. 1: it misses pi*). On-policy groups
     (§8.1): RLOO with the sequence KL in the reward, Eq. 4's weights (per-token is biased there).
-    logprobs, mask, kl: [N, T] (kl: token_kl, with gradient; None if every group is on-policy);
+    logprobs, mask, kl: [N, L] (kl: token_kl, with gradient; None if every group is on-policy);
     rewards, h: [B, n] (h: for on-policy groups);  online: [B] bool (default: all offline)."""
     if online is None:
         online = torch.zeros(rewards.shape[0], dtype=torch.bool, device=rewards.device)
@@ -276,7 +282,7 @@ def sample_batch(engine, task, pool, prompts, offline, step, args) -> list[Group
 # ---- One optimizer step --------------------------------------------------------------------------
 def policy_and_reference(model, ref_model, prompts, completions, pad_id, with_kl: bool, bf16=False):
     """log pi per token (with gradient), log pi_ref per token, the mask, and (with_kl) the exact
-    per-token KL(pi || pi_ref) along each completion, with gradient: [N, T] each (else kl None)."""
+    per-token KL(pi || pi_ref) along each completion, with gradient: [N, L] each (else kl None)."""
     out = common.completion_logprobs(model, prompts, completions, pad_id, full=with_kl, bf16=bf16)
     with torch.no_grad():
         ref = common.completion_logprobs(ref_model, prompts, completions, pad_id, full=with_kl,

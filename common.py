@@ -8,6 +8,7 @@ loop, evaluation). tasks/ holds the rewards.
   3. models: the built-in `tiny` model, any HF model       (load_model, resolve_model_path)
   4. prompts through the task and the chat template        (prompt_style, encode_prompts)
   5. log-probs of given completions, in fp32 chunks        (completion_logprobs, token_logprobs)
+     and what rloo, topr, agro build on them     (weighted_logprob_loss, regularised_rewards)
   6. generation engines with weight sync     (make_engine: KVEngine, HFEngine, VLLMEngine)
   7. the run: folder, config, metrics, checkpoint, --resume, --time-limit, final/   (Run)
 
@@ -549,6 +550,29 @@ def token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperatur
     return torch.cat([chunk_logprobs(hidden[s:s + rows], targets[s:s + rows])
                       for s in range(0, len(hidden), rows)])
 
+
+def weighted_logprob_loss(weights: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor,
+                          norm: str = "seq") -> torch.Tensor:
+    """-1/N sum_i w_i log pi(y_i|x), to be minimised: [CR] Eq. 3 (rloo.rloo_loss, w_i = sg(A_i))
+    and [TOPR] Eq. 7 (topr.topr_loss, w_i = alpha_i (R_i - c)); the caller detaches the weights.
+    weights: [N];  logprobs: [N, L] log pi(y_t | x, y_<t), L tokens, 0 on padding;  mask: [N, L] 1
+    on completion tokens (EOS included). norm: "seq" each log pi(y_i|x) a sum over its tokens,
+    the mean over sequences; "seq/len" each sum divided by its length; "token" the sum of
+    w_i log pi(y_t|...) over all tokens divided by their count."""
+    if norm == "token":
+        return -(weights[:, None] * logprobs * mask).sum() / mask.sum()
+    lp = (logprobs * mask).sum(-1)  # [N] log pi(y_i|x)
+    if norm == "seq/len":
+        lp = lp / mask.sum(-1).clamp(min=1)
+    elif norm != "seq":
+        raise ValueError(f"unknown loss normalisation {norm!r}")
+    return -(weights * lp).mean()
+
+
+def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
+    """r - beta sg(h), h = log pi(y|x) - log pi_ref(y|x): the KL-regularised reward, [AGRO] §3.1's
+    r_pi (agro.py) and [RLOO]'s reward with the KL in it (rloo.py --beta).  [B, k] each."""
+    return rewards - beta * h.detach()
 
 # ---- 6. Generation engines -----------------------------------------------------------------------
 @dataclass

@@ -3,11 +3,13 @@
 [CR]   the course report "Off-Policy Finetuning for LLM Math Reasoning", §3.5
 [RLOO] Ahmadian et al., "Back to Basics: Revisiting REINFORCE Style Optimization for Learning
        from Human Feedback in LLMs", 2024, arXiv:2402.14740
-[CR] Eq. 2 leave-one-out baseline (its R^_i is A_i here)                    rloo_advantages
-[CR] Eq. 3 surrogate -1/k sum_i sg(A_i) log pi(y_i|x) (its P is pi)         rloo_loss
+[CR] Eq. 2 A_i = r_i - 1/(k-1) sum_{j != i} r_j, the leave-one-out baseline  rloo_advantages
+[CR] Eq. 3 surrogate -1/k sum_i sg(A_i) log pi(y_i|x)                       rloo_loss
 k samples per prompt at T = 1 from the current weights, one update, sync    draw_batch, rloo_step
+Names: r_i the reward of y_i ([CR]'s R(x, y_i)), A_i its advantage ([CR]'s R^_i), pi ([CR]'s P);
+  T the temperature; [N, L]: N sequences of L tokens; h = log pi(y|x) - log pi_ref(y|x)
 Option --beta > 0 ([RLOO]; [CR] has none): the KL in the reward,
-  R_i = r_i - beta sg(h_i), h = log pi - log pi_ref, in place of r_i       regularised_rewards
+  r_i - beta sg(h_i) in place of r_i in Eq. 2                      common.regularised_rewards
 Departures: k = 4 where [CR] §6.1 used 16
   groups whose A_i are all 0 get no pass (has_signal); the loss still divides by the whole batch
   lr: linear warm-up, then linear decay to 0 (TRL's; [CR] gives none for RLOO)  learning_rate
@@ -42,14 +44,15 @@ EVAL_SEED = 0  # every evaluation samples with the same random numbers: checkpoi
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument
     # the estimator (Eqs. 2-3) and its optimisation
     add("--steps", type=common.positive_int, default=240, help="optimizer steps, 5 min on 2 cores")
     add("--prompts", type=common.positive_int, default=64, help="prompts per batch (B)")
     add("--group-size", type=common.positive_int, default=4, help="completions per prompt, k >= 2")
-    add("--beta", type=common.nonnegative_float, default=0.0, help="KL penalty in R ([CR]: 0)")
+    add("--beta", type=common.nonnegative_float, default=0.0,
+        help="KL penalty, the reward r - beta h ([CR]: 0)")
     add("--kl-diagnostic", action="store_true", help="log kl_to_ref = KL(pi || pi_ref) at each "
         "evaluation; it loads pi_ref, which --beta > 0 loads (and measures) anyway")
     add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq", help="seq: as in Eq. 3")
@@ -66,47 +69,37 @@ def parse_args(argv=None):
         help="after the warm-up: linear decay to 0 at --steps (TRL's), or constant")
     add("--micro-batch", type=common.positive_int, default=8,
         help="groups per forward and backward pass (memory)")
-    common.add_common_flags(p, __file__, DEFAULTS, "start and reference model pi_ref")
-    return p, p.parse_args(argv)
+    common.add_common_flags(parser, __file__, DEFAULTS, "start and reference model pi_ref")
+    return parser, parser.parse_args(argv)
 
 
-# ---- The estimator: pure functions ---------------------------------------------------------------
-def regularised_rewards(rewards: torch.Tensor, h: torch.Tensor, beta: float) -> torch.Tensor:
-    """R = r - beta * sg(h), the KL-regularised reward ([RLOO]).  rewards, h: [B, k] -> R [B, k]."""
-    return rewards - beta * h.detach()
-
-
+# ---- The estimator: pure functions (the KL-regularised reward: common.regularised_rewards) -------
 def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """Leave-one-out advantages, [CR] Eq. 2: A_i = R_i - mean_{j != i} R_j.  R: [B, k] -> A: [B, k].
+    """Leave-one-out advantages, [CR] Eq. 2: A_i = r_i - 1/(k-1) sum_{j != i} r_j, the mean of the
+    OTHER k-1 rewards of the group as baseline.  rewards r: [B, k] -> A: [B, k].
     A sample's own reward is never in its baseline (that would shrink the estimate by (k-1)/k);
     each group's A sums to 0. ValueError for k < 2: a lone sample has no other reward to compare."""
     k = rewards.shape[-1]
     if k < 2:
         raise ValueError("RLOO needs k >= 2 samples per prompt")
-    # = k/(k-1) * (R_i - mean_j R_j): the centred form sums to 0 more exactly
+    # Eq. 2 computed in its centred form k/(k-1) (r_i - 1/k sum_j r_j), the same quantity
+    # (r_i - (S - r_i)/(k-1) = (k r_i - S)/(k-1)); its A sums to 0 more exactly in floats
     return k / (k - 1) * (rewards - rewards.mean(-1, keepdim=True))
 
 
 def rloo_loss(logprobs: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor,
               norm: str = "seq") -> torch.Tensor:
     """Policy-gradient surrogate, [CR] Eq. 3: -mean_i sg(A_i) * log pi(y_i|x).
-    logprobs: [N, T] log pi(y_t | x, y_<t), 0 on padding; mask: [N, T] 1 on completion tokens (EOS
+    logprobs: [N, L] log pi(y_t | x, y_<t), 0 on padding; mask: [N, L] 1 on completion tokens (EOS
     included); advantages: [N] A_i. norm: "seq" sum over tokens, mean over sequences (Eq. 3);
-    "seq/len" each sum over its length; "token" sum of A_i * log-prob over the number of tokens."""
-    adv = advantages.detach()
-    if norm == "token":
-        return -(adv[:, None] * logprobs * mask).sum() / mask.sum()
-    lp = (logprobs * mask).sum(-1)  # [N] log pi(y_i|x)
-    if norm == "seq/len":
-        lp = lp / mask.sum(-1).clamp(min=1)
-    elif norm != "seq":
-        raise ValueError(f"unknown loss normalisation {norm!r}")
-    return -(adv * lp).mean()
+    "seq/len" each sum over its length; "token" sum of A_i * log-prob over the number of tokens.
+    The reduction is common.weighted_logprob_loss, shared with topr.py's Eq. 7."""
+    return common.weighted_logprob_loss(advantages.detach(), logprobs, mask, norm)  # sg(A_i)
 
 
 def has_signal(rewards, completions, beta: float) -> bool:
     """Whether a group's advantages A_i can be non-zero (rewards: k floats r_i; completions: k
-    token-id lists). They are all 0 when the R_i are: equal r_i and, with beta > 0, identical
+    token-id lists). They are all 0 when the rewards are: equal r_i and, with beta > 0, identical
     completions (different ones keep the KL term -beta (h_i - mean h)). Such a group adds nothing
     to the gradient: rloo_step gives it no pass, --resample-uniform sets it aside."""
     return max(rewards) > min(rewards) or (beta != 0 and len({tuple(c) for c in completions}) > 1)
@@ -154,7 +147,8 @@ def draw_batch(engine, task, pool, prompts, step, args) -> Batch:
 # ---- One optimizer step --------------------------------------------------------------------------
 def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: int,
               step: int) -> dict:
-    """One RLOO update ([CR] Eqs. 2-3, the KL in the reward) after `step` updates; its metrics."""
+    """One RLOO update ([CR] Eqs. 2-3; with --beta, the KL in the reward) after `step` updates;
+    its metrics."""
     model.train()
     optimizer.zero_grad(set_to_none=True)
     samples = [s for g in groups for s in g.samples]
@@ -166,15 +160,15 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
         micro = by_length[start:start + args.micro_batch]
         flat = [s for g in micro for s in g.samples]
         inputs = [s.prompt_ids for s in flat], [s.ids for s in flat], pad_id
-        logprobs, mask = common.completion_logprobs(model, *inputs, bf16=args.bf16)  # [b*k, T]
+        logprobs, mask = common.completion_logprobs(model, *inputs, bf16=args.bf16)  # [b*k, L]
         r = torch.tensor([g.rewards for g in micro], dtype=torch.float32, device=mask.device)
         logprob_gap = max(logprob_gap, sampler_gap(flat, logprobs, mask))
-        R = r  # beta = 0 ([CR]): no pass through pi_ref here, evaluate() alone measures the KL
-        if args.beta:  # [RLOO]: R_i = r_i - beta sg(h_i)
+        rewards = r  # beta = 0 ([CR]): no pass through pi_ref here, evaluate() alone measures KL
+        if args.beta:  # [RLOO]: r_i - beta sg(h_i) in place of r_i
             h = log_ratio_to_ref(ref_model, logprobs, mask, inputs, args.bf16).view_as(r)  # [b, k]
             h_seen.append(h.view(-1))
-            R = regularised_rewards(r, h, args.beta)
-        advantages = rloo_advantages(R).view(-1)  # [b*k], Eq. 2
+            rewards = common.regularised_rewards(r, h, args.beta)
+        advantages = rloo_advantages(rewards).view(-1)  # [b*k], Eq. 2
         # Eq. 3 over the whole batch: each micro-batch's loss weighted by its share of the batch
         share = mask.sum().item() / n_tokens if args.loss_norm == "token" else len(flat) / n_samples
         loss = rloo_loss(logprobs, mask, advantages, args.loss_norm) * share
@@ -198,14 +192,14 @@ def rloo_step(model, ref_model, optimizer, groups: list[Group], args, pad_id: in
 
 
 def log_ratio_to_ref(ref_model, logprobs, mask, inputs, bf16: bool) -> torch.Tensor:
-    """h = log pi(y|x) - log pi_ref(y|x) per sequence [N]; logprobs, mask: pi's [N, T] on inputs."""
+    """h = log pi(y|x) - log pi_ref(y|x) per sequence [N]; logprobs, mask: pi's [N, L] on inputs."""
     with torch.no_grad():
         ref_lp, _ = common.completion_logprobs(ref_model, *inputs, bf16=bf16)
     return ((logprobs.detach() - ref_lp) * mask).sum(-1)
 
 
 def sampler_gap(samples, logprobs: torch.Tensor, mask: torch.Tensor) -> float:
-    """max |the engine's log-prob - the trainer's| over the tokens of `samples` ([N, T] like
+    """max |the engine's log-prob - the trainer's| over the tokens of `samples` ([N, L] like
     logprobs): about 0 when the engine samples from exactly the weights trained (on-policy)."""
     engine_lp = torch.zeros_like(mask)
     for i, s in enumerate(samples):
@@ -287,7 +281,7 @@ def main(argv=None):
                                              run_dir=args.out, grad_checkpoint=args.grad_checkpoint)
         args.model_path = model.name_or_path  # the folder or hub id: resume restarts from it
         common.fill_defaults(args, DEFAULTS, model)  # flags left at None
-        ref_model = None  # pi_ref: for the KL term in R, or for the KL diagnostic alone
+        ref_model = None  # pi_ref: for the KL term in the reward, or the KL diagnostic alone
         if args.beta > 0 or args.kl_diagnostic:
             ref_model = common.load_model(args.model_path, device=device)[0].requires_grad_(False)
     except ValueError as e:  # UsageError is one

@@ -4,6 +4,7 @@
 Eq. 1  L_SFT = -(1/N) sum_i log P(y_i | x_i)     sft_loss (x: Example.prompt, y: .completion)
 §4.4   warm-up, then cosine decay; gradient clip 1.0 and accumulation   lr_lambda, sft_step
 Data: the task solver's demonstrations, or --data (rows of problem fields and a "completion").
+Names: [B, L]: B sequences of L tokens; T the temperature (the evaluation's samples: T = 1).
 Departures: the default loss is a mean over completion tokens; Eq. 1 as written: --loss-norm seq.
   EOS is appended to every completion, so that the model learns to stop.
   The prompt x is built from the problem as the RL scripts build it, never taken from --data.
@@ -36,9 +37,9 @@ EVAL_SEED = 0  # the T = 1 evaluation samples' seed: every checkpoint meets the 
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument
     # the loss and its optimisation ([CR] §4.4)
     add("--steps", type=common.positive_int, default=700, help="optimizer steps")
     add("--batch-size", type=common.positive_int, default=64, help="sequences (prompt and "
@@ -61,17 +62,17 @@ def parse_args(argv=None):
         help="held-out samples per problem at T = 1 (0: greedy only)")
     add("--reward", default=None, help="reward variant evaluated; None: the task's first")
     common.add_common_flags(
-        p, __file__, DEFAULTS, "", skip=("problems", "eval_k"), eval_every=200, save_every=200,
+        parser, __file__, DEFAULTS, "", skip=("problems", "eval_k"), eval_every=200, save_every=200,
         clip=dict(help="gradient-norm clip ([CR] §4.4)"),
         model=dict(default="tiny", help="`tiny` (built in, untrained), `smollm2` (SmolLM2-135M-"
                    "Instruct, a pretrained chat model from a PyPI wheel), a folder or a hub id"))
-    return p, p.parse_args(argv)
+    return parser, parser.parse_args(argv)
 
 
 # ---- The loss and the schedule: pure functions ---------------------------------------------------
 def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor, norm: str = "token") -> torch.Tensor:
     """Masked negative log-likelihood of the completions, [CR] Eq. 1.
-    logprobs: [B, T] log P(y_t | x, y_<t), 0 on padding; mask: [B, T] 1 on completion tokens (EOS
+    logprobs: [B, L] log P(y_t | x, y_<t), 0 on padding; mask: [B, L] 1 on completion tokens (EOS
     included), 0 on padding. norm "token": the sum over the number of completion tokens; "seq":
     the mean over sequences of each sum (Eq. 1 as written; equal lengths L: seq = L x token)."""
     nll = -(logprobs * mask).sum(-1)  # [B] -log P(y_i | x_i)
@@ -114,10 +115,13 @@ def task_demonstrations(task, sizes, per_size, seed, show_steps=False):
     """(problems, completion texts) from the task's solver; `show_steps`: --demo-steps."""
     if show_steps and "steps" not in inspect.signature(task.demonstration).parameters:
         raise ValueError(f"--demo-steps: task {task.NAME}'s demonstration() has no steps=")
-    problems = [p for n in sizes for p in task.get_problems("train", per_size, size=n, seed=seed)]
-    demos = [(p, task.demonstration(p, steps=True) if show_steps else task.demonstration(p))
-             for p in problems]  # None: the solver found no solution
-    return [p for p, d in demos if d is not None], [d for _, d in demos if d is not None]
+    problems = [problem for n in sizes
+                for problem in task.get_problems("train", per_size, size=n, seed=seed)]
+    demos = [(problem, task.demonstration(problem, steps=True) if show_steps
+              else task.demonstration(problem))
+             for problem in problems]  # None: the solver found no solution
+    return ([problem for problem, d in demos if d is not None],
+            [d for _, d in demos if d is not None])
 
 
 def read_data(task, source: str):
@@ -231,8 +235,8 @@ def main(argv=None):
     except ValueError as e:  # UsageError is one
         parser.error(str(e))
     if args.data:  # the rows' own prompt texts are not used: say how many differ from ours
-        differ = sum(g is not None and g != common.prompt_text(task, p, tokenizer, style)
-                     for p, g in zip(problems, given_prompts))
+        differ = sum(g is not None and g != common.prompt_text(task, problem, tokenizer, style)
+                     for problem, g in zip(problems, given_prompts))
         if differ:
             print(f"note: {differ} of {len(problems)} rows of {args.data} carry another prompt "
                   "text; trained on the one the RL scripts use (common.prompt_text)")

@@ -2,13 +2,15 @@
 
 [SPO] Cohen, Zhang, Zheng, Tang, Munos, Synnaeve, "Soft Policy Optimization: Online Off-Policy RL
       for Sequence Models", 2025, arXiv:2503.05453. Names: beta, r, q0 = Q0_hat, q = Q_t, q_T = Q_T
+      as in [SPO]; T the last token, so [N, T]: N sequences of T tokens; temperatures spelled out
 Eq. 1: max E_pi r - beta KL(pi || pi_0), r = 0 if correct, else -1; pi_0 = ref_model   spo_reward
 Eqs. 11-12: A_t = beta (log pi_theta - log pi_0)(a_t), Q_t = Q0_hat + sum_{t'<=t} A_t'  cumulative_q
 Eq. 13, §3.1.2: Q_T ~ r by terminal, nonterminal or advantage regression (--objective)  spo_loss
 §3.1.1: L = squared or clipped cross-entropy (--loss); sigmoid warping   ce_loss, binary_kl_*
 §3.1.3: Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}), S0 = pi_0's success rate   q0_from_successes
 §3.2: the sampler refreshed every --model-update-interval steps; online + offline data  draw_batch
-Departures: T = 1, top-p 1, a refresh every step, 64 Q0 samples, lr for 1M parameters (flags)
+Departures: temperature 1, top-p 1, a refresh every step, 64 Q0 samples, lr for 1M parameters
+  (flags)
   --loss sq by default (the best in the paper's ablation, §5.1); its main runs use --loss ce
   ce_loss minus the target's entropy (0 at the target); advantage: always sigmoid-warped, any --loss
   one synchronous loop; offline rows cut to --max-new-tokens, re-scored; r binary; no PTS, no PPO
@@ -55,16 +57,17 @@ def temperature_range(text: str) -> tuple[float, float]:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument  # SPO's flags; those every script shares: common.add_common_flags
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument  # SPO's flags; those every script shares: common.add_common_flags
     add("--beta", type=common.positive_float, default=BETA, help="KL strength (paper: 1/ln 1e5)")
     add("--objective", choices=OBJECTIVES, default="terminal", help="regressed onto r (§3.1.2)")
     add("--loss", choices=LOSSES, default="sq",
         help="sq (best in the paper's ablation) or ce (its main runs); unused by advantage")
     add("--eps", type=common.positive_float, default=CE_EPS, help="ce clips Q/beta to <= -eps")
     add("--q0-samples", type=common.positive_int, default=64,
-        help="samples of pi_0 (T = 1) per training problem for Q0_hat (paper: 800; CPU time)")
+        help="samples of pi_0 (temperature 1) per training problem for Q0_hat (paper: 800; CPU "
+        "time)")
     add("--q0-chunk", type=common.positive_int, default=32, help="problems per Q0 cache update")
     add("--q0-cache", default=None, metavar="FILE", help="another run's q0.jsonl to reuse")
     add("--batch-size", type=common.positive_int, default=256, help="trajectories per step")
@@ -82,11 +85,11 @@ def parse_args(argv=None):
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
     add("--micro-batch", type=common.positive_int, default=64,
         help="sequences per forward and backward pass (memory)")
-    common.add_common_flags(p, __file__, DEFAULTS, "start model pi_0", eval_every=75,
+    common.add_common_flags(parser, __file__, DEFAULTS, "start model pi_0", eval_every=75,
                             train_size=dict(default=256, help="training problems per size; fewer "
                                             "than the other scripts' as Q0_hat is estimated for "
                                             "each before training (§3.1.3)"))
-    return p, p.parse_args(argv)
+    return parser, parser.parse_args(argv)
 
 
 # ---- The Q-parameterization and the losses: pure functions of tensors ----------------------------
@@ -186,7 +189,7 @@ def check_args(args, parser) -> tuple:
         pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
-        pool_keys = {task.problem_key(p) for p in pool}
+        pool_keys = {task.problem_key(problem) for problem in pool}
         for row in offline_rows:  # offline problems join the pool (each needs its Q0_hat)
             if task.problem_key(row["problem"]) not in pool_keys:
                 pool_keys.add(task.problem_key(row["problem"]))
@@ -221,14 +224,15 @@ def read_q0_cache(path: str, made_with: dict) -> dict:
 
 
 def q0_hat(engine, task, pool, prompts, ref_model, args) -> torch.Tensor:
-    """Q0_hat [P] of the pool (§3.1.3) from --q0-samples of pi_0 at T = 1, kept in RUN/q0.jsonl."""
+    """Q0_hat [P] of the pool (§3.1.3) from --q0-samples of pi_0 at temperature 1, kept in
+    RUN/q0.jsonl."""
     cache_file = os.path.join(args.out, "q0.jsonl")
     made_with = q0_made_with(args, args.model_path)
     table = read_q0_cache(args.q0_cache, made_with) if args.q0_cache is not None else {}
     if os.path.exists(cache_file):  # this run's own, from before it was stopped
         table.update(read_q0_cache(cache_file, made_with))
     engine.sync(ref_model)  # pi_0's weights copied into the engine: sample pi_0 itself
-    keys = [task.problem_key(p) for p in pool]
+    keys = [task.problem_key(problem) for problem in pool]
     chunks = range(0, len(pool), args.q0_chunk)
     for chunk, first in enumerate(tqdm(chunks, desc="Q0 estimate", dynamic_ncols=True)):
         todo = [i for i in range(first, min(first + args.q0_chunk, len(pool)))
@@ -267,7 +271,7 @@ def fit_offline(rows: list[dict], task, pool, prompts, tokenizer, max_new_tokens
     """Offline rows as the sampler would have made them with --max-new-tokens M: the first M tokens,
     EOS appended if the row finished within M, r scored on the kept text; a row that stopped
     unfinished before M is dropped. Returns (the kept rows as Trajectories, rows cut, dropped)."""
-    index = {task.problem_key(p): i for i, p in enumerate(pool)}
+    index = {task.problem_key(problem): i for i, problem in enumerate(pool)}
     kept, cut, dropped = [], 0, 0
     for row in rows:
         ids = tokenizer(row["completion"], add_special_tokens=False)["input_ids"]
@@ -350,7 +354,8 @@ def step_metrics(batch: list[Trajectory], q_T, log_ratio, loss_sum, grad_norm, l
     return {"loss": loss_sum, "accuracy": float((r == SUCCESS).float().mean()),
             "online_accuracy": float(np.mean(online)) if online else None,
             "q_t": q_T.mean().item(), "q_t_error": (q_T - r).abs().mean().item(),
-            # not KL(pi || pi_0), which needs y ~ pi at T = 1: tempered, lagging, offline y alike
+            # not KL(pi || pi_0), which needs y ~ pi at temperature 1: tempered, lagging,
+            # offline y alike are not
             "log_ratio_ref": log_ratio.mean().item(),
             "length": float(np.mean([len(t.ids) for t in batch])),
             "online_share": float(np.mean([t.online for t in batch])), "grad_norm": grad_norm,
@@ -358,7 +363,8 @@ def step_metrics(batch: list[Trajectory], q_T, log_ratio, loss_sum, grad_norm, l
 
 
 def evaluate(engine, model, sampler, task, eval_sets, args) -> dict:
-    """Held-out metrics of the policy per size (tasks/scoring.py): greedy, and --eval-k at T = 1."""
+    """Held-out metrics of the policy per size (tasks/scoring.py): greedy, and --eval-k at
+    temperature 1."""
     engine.sync(model)  # the policy's weights copied into the engine (vLLM; hf/kv share them)
     metrics = {}
     greedy = common.SamplingConfig(n=1, max_new_tokens=args.max_new_tokens, temperature=0.0)
@@ -412,7 +418,7 @@ def main(argv=None):
     q0_pool = q0_hat(engine, task, pool, prompts, ref_model, args)  # §3.1.3, once
     time_q0 = time.perf_counter() - t0
     engine.sync(sampler)  # the sampler's weights back into the engine (q0_hat sampled pi_0)
-    print(f"spo: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
+    print(f"spo: {common.count_parameters(model) / 1e6:.2f}M parameters from "
           f"{args.model_path} at step {start}, engine {engine.name}, objective {args.objective}/"
           f"{args.loss}, beta={args.beta:.4f}, {len(pool)} problems (Q0_hat mean "
           f"{q0_pool.mean():.3f}), {len(offline)} offline rows ({cut} cut, {dropped} dropped)")

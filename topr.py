@@ -6,9 +6,11 @@
 Eq. 8 (TOPR), Eq. 7 + Table 1 (others): T+, alpha  topr_loss, LIMITS, in_t_plus, truncated_ratio
 Eqs. 9-10 baseline c, Eq. 12 p~; [CR] Eq. 4        --c, --split, parse_args, p_tilde_pm1
 Algorithm 1: sample from mu, select (§4.3), train  main(): sample_from_mu, select, topr_step
-Names: R, c, pi, mu, alpha, T+ as in [TOPR]; LP = log pi(y), LP_mu = log mu(y); `it`: iteration
+Names: R = R(x, y) the reward, the loss weighs R - c; c, pi, mu, alpha, T+ and T- (the sets) as
+       in [TOPR]; p the share of correct samples (Eq. 12); LP = log pi(y), LP_mu = log mu(y);
+       [N, L]: N sequences of L tokens; `it`: iteration; temperatures are spelled out
 Departures: c = -0.8 for +1/-1 rewards (PM1_BASELINE); the task's rewards: [CR] Eq. 4's c, split
-            a --data file without LP_mu: the start model's, at T = 1 (ratios start at 1)
+            a --data file without LP_mu: the start model's, at temperature 1 (ratios start at 1)
             AdamW, not Adafactor; 8 samples per prompt, not 64; no top-k (why: docs/PAPERS.md)
 Run: python topr.py --task countdown    More: docs/PAPERS.md, section [TOPR].
 """
@@ -42,7 +44,7 @@ PM1 = "pm1"
 PM1_BASELINE = -0.8
 # Each setting's default, in one place: a flag left at None takes its row's value for the tiny
 # model, for a pretrained model, or with --report-variant V (None: the model's; a dict: V's value).
-# The report: [CR]'s TOPR setting (§4.1: all of 1,000 completions of the SFT model at T = 0.15,
+# The report: [CR]'s TOPR setting (§4.1: all 1,000 completions of the SFT model, temperature 0.15,
 # top-p 0.85; §5.2 lr 1e-4; §5.3 batch 32; Eq. 4: whole-sequence log pi; c = 0, split 1 by its
 # reward); the epochs are ours ([CR] gives none); A+B trains with A, then B, a round each.
 # lr: 5e-5 the best on tiny (docs/RESULTS-topr-report.md); 1e-5 the middle of [CR] §5.2's 1e-4,
@@ -76,9 +78,9 @@ SEED_STRIDE, SELECT_STREAM, SHUFFLE_STREAM = 1009, 1, 2
 
 # ---- Flags: TOPR's settings (those every script shares: common.add_common_flags) ---------------
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add = p.add_argument  # a flag of DEFAULTS parses as None, then takes its value there
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add = parser.add_argument  # a flag of DEFAULTS parses as None, then takes its value there
     # the data (Algorithm 1, first lines)
     add("--data", default=None, help="JSONL of samples: the first iteration's, instead of sampling")
     add("--iterations", type=common.positive_int, default=None, help="generate-then-train rounds")
@@ -87,8 +89,10 @@ def parse_args(argv=None):
         help="completions per prompt, sampled from mu")
     add("--temperature", type=common.positive_float, default=None, help="mu's temperature")
     add("--top-p", type=common.fraction, default=None, help="top-p of mu, in (0, 1]")
-    add("--sampling", choices=["uniform", "anna-karenina"], default=None, help="which samples "
-        "are kept (select); [TOPR] §4.3's anna-karenina gains more per minute than uniform")
+    add("--sampling", choices=["uniform", "anna-karenina"], default=None, help="which of mu's "
+        "samples are kept for training (select), not how mu samples: uniform, all of them (or "
+        "--keep at random); anna-karenina ([TOPR] §4.3), each prompt's first correct sample and "
+        "every incorrect one, gains more per minute")
     add("--keep", type=common.nonnegative_int, default=None,
         help="samples kept per round, 0: all those selected")
     # the loss
@@ -98,8 +102,9 @@ def parse_args(argv=None):
         "then B)")
     add("--c", type=common.finite_float, default=None, help="the baseline c of [TOPR] Eqs. 9-10: "
         "trains on R - c; None: PM1_BASELINE (-0.8) with pm1, 0 with the task's ([CR] Eq. 4)")
-    add("--split", type=float, choices=[0.0, 1.0], default=None, help="T+ = {R - c >= split}: 0 "
-        "by sign as [TOPR], 1 [CR] Eq. 4 (only R = 1 gets the SFT term); None: 0 with pm1, else 1")
+    add("--split", type=float, choices=[0.0, 1.0], default=None, help="not a train/test split: "
+        "[CR]'s generalisation of [TOPR]'s T+, T+ = {R - c >= split}; 0: by the sign of R - c, "
+        "[TOPR]'s T+; 1: [CR] Eq. 4 (only R = 1 gets the SFT term); None: 0 with pm1, else 1")
     add("--loss-norm", choices=["seq/len", "seq", "token"], default=None, help="LP's normalisation")
     add("--epochs", type=common.positive_int, default=None, help="passes over an iteration's data")
     add("--batch-size", type=common.positive_int, default=None, help="samples per optimizer step")
@@ -109,22 +114,23 @@ def parse_args(argv=None):
         help="[CR]'s TOPR run with this reward: DEFAULTS' last column for the flags not given")
     add("--micro-batch", type=common.positive_int, default=64,
         help="sequences per forward and backward pass (memory)")
-    common.add_common_flags(p, __file__, DEFAULTS, "start model, the first mu", save_every=100,
+    common.add_common_flags(parser, __file__, DEFAULTS, "start model, the first mu", save_every=100,
                             eval_every=dict(default=0, type=common.nonnegative_int, help="also "
                                             "evaluate every N steps (0: at the start and the end "
                                             "only, the quickest)"))
-    args = p.parse_args(argv)
+    args = parser.parse_args(argv)
     common.fill_defaults(args, DEFAULTS, variant=args.report_variant)  # the rest once loaded
     # c, split: PM1_BASELINE and the sign ([TOPR]) for pm1; [CR] Eq. 4's 0, 1 for the task's rewards
     c, split = (PM1_BASELINE, 0.0) if args.reward == PM1 else (0.0, 1.0)
     args.c = c if args.c is None else args.c
     args.split = split if args.split is None else args.split
-    return p, args
+    return parser, args
 
 
 # ---- The loss: pure functions of tensors ---------------------------------------------------------
 def in_t_plus(rewards, c: float, split: float):
-    """T+ of [TOPR] Eq. 7: R - c >= split (0: by sign; 1: [CR] Eq. 4); rewards: [N] tensor/array."""
+    """T+ = {R - c >= split}, [CR]'s generalisation of [TOPR] Eq. 7's T+ (split 0: by the sign of
+    R - c, [TOPR]'s own; 1: [CR] Eq. 4's, R = 1 alone with c = 0); rewards R: [N] tensor/array."""
     return rewards - c >= split
 
 
@@ -140,37 +146,23 @@ def truncated_ratio(log_ratio: torch.Tensor, positive: torch.Tensor, a_pos: floa
     return torch.exp(torch.minimum(torch.maximum(log_ratio, lo), hi))
 
 
-def weighted_logprob_loss(weight: torch.Tensor, logprobs: torch.Tensor, mask: torch.Tensor,
-                          norm: str) -> torch.Tensor:
-    """-1/N sum_i weight_i LP(y_i), to be minimised; weight: [N], no gradient.
-    logprobs: [N, T] per-token log pi(y_t | x, y_<t), with gradient; 0 on padding
-    mask:     [N, T] 1 on completion tokens (EOS included)
-    norm: "seq/len" each LP divided by its length ([TOPR]); "seq" full sums; "token" the sum of
-          weight * log pi over all tokens divided by their count."""
-    if norm == "token":
-        return -(weight[:, None] * logprobs * mask).sum() / mask.sum()
-    lp = (logprobs * mask).sum(-1)  # [N] LP(y)
-    if norm == "seq/len":
-        lp = lp / mask.sum(-1).clamp(min=1)
-    elif norm != "seq":
-        raise ValueError(f"unknown loss normalisation {norm!r}")
-    return -(weight * lp).mean()
-
-
 def topr_loss(logprobs: torch.Tensor, mask: torch.Tensor, lp_mu: torch.Tensor,
               rewards: torch.Tensor, c: float = 0.0, norm: str = "seq/len", split: float = 0.0,
               limits: tuple = LIMITS["topr"]) -> torch.Tensor:
     """[TOPR] Eq. 7 on a minibatch, to be minimised; with LIMITS["topr"] (the default) Eq. 8:
 
-        J = 1/N [ sum_{T+} R_i log pi(y_i) + sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) R_i log pi(y_i) ]
+        J = 1/N [ sum_{T+} (R_i - c) log pi(y_i) + sum_{T-} sg([pi(y_i)/mu(y_i)]_0^1) (R_i - c)
+                  log pi(y_i) ]
 
-    R_i = R(x_i, y_i) - c (Eqs. 9-10); alpha = [pi/mu]_a^b of the full-sequence LP: with TOPR's
-    limits exactly 1 on T+ (reward-weighted SFT), [pi/mu]_0^1 on T- (a negative's push fades once
-    pi(y) < mu(y)). limits: (a+, b+, a-, b-); lp_mu, rewards: [N]; the rest: weighted_logprob_loss.
+    R_i = R(x_i, y_i), c the baseline (Eqs. 9-10); alpha = [pi/mu]_a^b of the full-sequence LP:
+    with TOPR's limits exactly 1 on T+ (reward-weighted SFT), [pi/mu]_0^1 on T- (a negative's push
+    fades once pi(y) < mu(y)). limits: (a+, b+, a-, b-); lp_mu, rewards R: [N]; logprobs, mask
+    [N, L] and norm ("seq/len": each LP over its length, [TOPR]'s): common.weighted_logprob_loss,
+    the reduction rloo.py's Eq. 3 shares.
     """
     lp = (logprobs.detach() * mask).sum(-1)  # [N] LP(y), no gradient
     alpha = truncated_ratio(lp - lp_mu, in_t_plus(rewards, c, split), *limits)  # [N]
-    return weighted_logprob_loss(alpha * (rewards - c), logprobs, mask, norm)
+    return common.weighted_logprob_loss(alpha * (rewards - c), logprobs, mask, norm)
 
 
 def effective_positive_share(rewards, c: float = 0.0) -> float:
@@ -182,7 +174,7 @@ def effective_positive_share(rewards, c: float = 0.0) -> float:
 
 
 def p_tilde_pm1(p: float, c: float) -> float:
-    """[TOPR] Eq. 12: p~ for rewards +1/-1, a share p of positives and baseline c."""
+    """[TOPR] Eq. 12: p~ for rewards +1/-1, a share p of positives (correct) and baseline c."""
     return p * (1 - c) / (1 + (1 - 2 * p) * c)
 
 
@@ -362,7 +354,7 @@ def topr_step(model, optimizer, batch: list[dict], rewards: list[float], args, p
     loss_sum, log_ratio_parts = 0.0, []
     for s in range(0, len(batch), args.micro_batch):
         micro = batch[s:s + args.micro_batch]
-        R = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M] R(x, y)
+        R = torch.tensor(rewards[s:s + args.micro_batch], device=device)  # [M] R(x, y), no c
         logprobs, mask = common.completion_logprobs(model, [x["prompt_ids"] for x in micro],
                                                     [x["completion_ids"] for x in micro], pad_id,
                                                     bf16=args.bf16)
@@ -402,8 +394,9 @@ def step_metrics(batch, rewards, log_ratio, loss: float, grad_norm: float, args)
 
 # ---- Evaluation ----------------------------------------------------------------------------------
 def evaluate(engine, model, task, eval_sets, args) -> dict:
-    """Held-out metrics per size (tasks/scoring.py): a greedy completion and --eval-k at T = 1 a
-    problem, seed 0 at every checkpoint; the reward trained on (pm1 or A+B: the task's first)."""
+    """Held-out metrics per size (tasks/scoring.py): a greedy completion and --eval-k at
+    temperature 1 per problem, seed 0 at every checkpoint; the reward trained on (pm1 or A+B: the
+    task's first)."""
     model.eval()
     engine.sync(model)  # the weights trained so far (the engine samples mu = pi_{it-1} otherwise)
     variant = None if args.reward in (PM1, "A+B") else args.reward
@@ -457,7 +450,7 @@ def main(argv=None):
     step = run.begin(model=model, optimizer=optimizer)  # steps taken: 0, or the checkpoint's
     engine = common.make_engine(args.engine, model, tokenizer, args.model_path, seed=args.seed,
                                 bf16=args.bf16, max_new_tokens=args.max_new_tokens)
-    print(f"topr: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters from "
+    print(f"topr: {common.count_parameters(model) / 1e6:.2f}M parameters from "
           f"{args.model_path}, engine {engine.name}, loss {args.loss} {LIMITS[args.loss]}, "
           f"c={args.c:g}, split={args.split:g}, run {args.out}")
     if step == 0:

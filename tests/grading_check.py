@@ -23,6 +23,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import agro  # noqa: E402
+import common  # noqa: E402
 import rloo  # noqa: E402
 import sft  # noqa: E402
 import spo  # noqa: E402
@@ -175,7 +176,7 @@ def ratio_no_exp(log_ratio, positive, a_pos, b_pos, a_neg, b_neg):
 
 def _topr(logprobs, mask, rewards, c, norm, alpha, weight=None):
     weight = alpha * (rewards - c) if weight is None else weight
-    return real(topr, "weighted_logprob_loss")(weight, logprobs, mask, norm)
+    return common.weighted_logprob_loss(weight, logprobs, mask, norm)
 
 
 def topr_loss_sign(logprobs, mask, lp_mu, rewards, c=0.0, norm="seq/len", split=0.0,

@@ -106,7 +106,7 @@ def test_on_fresh_samples_offpolicy_agro_is_rloo_with_the_kl_in_the_reward():
     agro_off = grad(lambda lp, h: agro.agro_loss(
         lp, mask, agro.agro_offpolicy_weights(agro.regularised_rewards(r, h, beta)).reshape(-1)))
     rloo_kl = grad(lambda lp, h: rloo.rloo_loss(
-        lp, mask, rloo.rloo_advantages(rloo.regularised_rewards(r, h, beta)).reshape(-1)))
+        lp, mask, rloo.rloo_advantages(common.regularised_rewards(r, h, beta)).reshape(-1)))
     agro_on = grad(lambda lp, h: agro.agro_loss(
         lp, mask, agro.agro_onpolicy_weights(agro.regularised_rewards(r, h, beta), beta, 1.0)
         .reshape(-1)))
