@@ -774,7 +774,7 @@ def write_doc(args) -> str:
                     f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
                     f"{own / 60:.1f} h on 2 cores for the verdicts"
                     + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
-                    + "); one primary contrast a claim, judged by the mean over "
+                    + "); one primary contrast per claim, judged by the mean over "
                     f"{len(args.seeds)} seeds and its "
                     f"95% interval: {summary(done, len(runnable))}, and "
                     f"{len(CLAIMS) - len(runnable)} registered as not run here.")
