@@ -163,4 +163,5 @@ def test_claims_verdicts_in_the_doc_and_the_readme_are_the_archived_results():
     line = " ".join(line.split())  # the block is wrapped at 100 columns
     assert "one primary contrast per claim, judged by the mean over" in line
     assert f"95% interval: {counts}, and" in line
-    assert f"Primary contrasts: {counts};" in " ".join(doc.split()) and doc.index(scale) < doc.index("| claim |")
+    assert f"Primary contrasts: {counts};" in " ".join(doc.split())
+    assert doc.index(scale) < doc.index("| claim |")
