@@ -83,6 +83,15 @@ def evaluations(run: str) -> tuple[dict, dict]:
     return evals[0], evals[-1]
 
 
+def median_step_s(run: str) -> float | None:
+    """The median of the run's logged time_step (seconds a step, as its script counts them: with
+    sampling in rloo.py, agro.py and spo.py, without in topr.py): a run that shared the cores
+    shows it here."""
+    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+    times = sorted(r["time_step"] for r in rows if "time_step" in r)
+    return times[len(times) // 2] if times else None
+
+
 def figures(row: dict) -> dict:
     keys = ("greedy/accuracy", "sampled/accuracy", "greedy/length", "sampled/format_rate")
     return {k: row.get(f"eval{SIZE}/{k}") for k in keys}
@@ -94,6 +103,7 @@ def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str], commit: s
     return {"arm": arm, "seed": seed, "lr": lr, "cmd": " ".join(["python"] + [lab.repo_relative(a)
                                                                      for a in cmd[1:]]),
             "wall_s": usage["wall_s"], "peak_rss_mb": usage["peak_rss_mb"],
+            "median_step_s": median_step_s(run),
             "steps": last.get("step"), "start": figures(first), "end": figures(last),
             "machine": lab.machine(), "commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -144,8 +154,11 @@ def render() -> None:
               "4 samples at T = 1 each (400), at most 96 new tokens; one problem is 1 point greedy",
               "- each RL run: 24 optimizer steps of 32 sampled completions from the start model, "
               "lr 1e-5 (the scripts' pretrained default); the flags are in each row's command",
+              "- minutes: wall clock; s a step: the median of the run's logged time_step (with "
+              "sampling in rloo.py, agro.py and spo.py, without it in topr.py), higher where "
+              "other jobs shared the cores",
               "", "| script | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
-              "minutes | code at |", "|---|---|---|---|---|---|---|"]
+              "minutes | s a step | code at |", "|---|---|---|---|---|---|---|---|"]
     at_default = [r for r in results if r.get("lr", LR) == LR]  # results before --lr had none
     arms = {a: [r for r in at_default if r["arm"] == a] for a in ORDER}
     lines += [row(r) for arm in ORDER for r in sorted(arms[arm], key=lambda r: r["seed"])]
@@ -158,7 +171,7 @@ def render() -> None:
         lines += ["", "## Other learning rates", "",
                   "The same runs at another lr, everything else as above.", "",
                   "| script | lr | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
-                  "minutes | code at |", "|---|---|---|---|---|---|---|---|"]
+                  "minutes | s a step | code at |", "|---|---|---|---|---|---|---|---|---|"]
         lines += [row(r, lr=True) for r in others]
     lines += ["", "## Commands", ""] + [f"- {r['arm']} seed {r['seed']}: `{r['cmd']}`"
                                         for r in results]
@@ -178,7 +191,11 @@ def row(r: dict, lr: bool = False) -> str:
     return (f"| {LABELS[r['arm']]} |{lr_cell} {r['seed']} | "
             f"{pct(s['greedy/accuracy'])} -> {pct(e['greedy/accuracy'])} | "
             f"{pct(s['sampled/accuracy'])} -> {pct(e['sampled/accuracy'])} | {gain:+.1f} | "
-            f"{r['wall_s'] / 60:.1f} | {r['commit']} |")
+            f"{r['wall_s'] / 60:.1f} | {step_s(r)} | {r['commit']} |")
+
+
+def step_s(r: dict) -> str:
+    return "-" if r.get("median_step_s") is None else f"{r['median_step_s']:.0f}"
 
 
 def write_readme_block(start: dict | None, arms: dict) -> None:
@@ -208,8 +225,9 @@ def write_readme_block(start: dict | None, arms: dict) -> None:
                 f"{sum(r['wall_s'] for r in rows) / len(rows) / 60:.0f} |")
     lines += ["", "Held-out accuracy (%) at step 0 -> the end on 100 3-number puzzles (each seed "
               "its own 100), the mean over the seeds run; each RL run 24 steps of 32 samples at "
-              "lr 1e-5 from the one start model. Commands, every seed and what was tried: "
-              "[docs/REAL-MODEL.md](docs/REAL-MODEL.md).", end]
+              "lr 1e-5 from the one start model; minutes of wall clock, more where other jobs "
+              "shared the cores. Commands, every seed, what was tried and which runs shared the "
+              "cores: [docs/REAL-MODEL.md](docs/REAL-MODEL.md).", end]
     head, rest = text.split(begin, 1)
     with open(README, "w") as f:
         f.write(head + "\n".join(lines) + rest.split(end, 1)[1])
