@@ -71,7 +71,8 @@ def parse_args(argv=None):
     add("--loss-norm", choices=["seq", "seq/len", "token"], default="seq",
         help="seq: sum over tokens, mean over sequences")
     add("--reward", default=None, help="reward variant; None: the task's first")
-    add("--lr", type=common.positive_float, default=None, help="AdamW lr, rloo.py's")
+    add("--lr", type=common.positive_float, default=None,
+        help="AdamW lr, rloo.py's (on SmolLM2: docs/REAL-MODEL.md)")
     add("--warmup", type=common.nonnegative_int, default=10, help="lr warm-up steps (rloo.py's)")
     add("--micro-batch", type=common.positive_int, default=8,
         help="groups per forward and backward pass (memory)")

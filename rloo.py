@@ -62,7 +62,8 @@ def parse_args(argv=None):
     add("--max-draws", type=common.positive_int, default=4,
         help="resampling rounds per step, at most")
     add("--lr", type=common.positive_float, default=None, help="AdamW peak lr (tiny's: the "
-        "largest that kept it stable; a pretrained model's: cs224r-default-project-rloo's)")
+        "largest that kept it stable; a pretrained model's: cs224r-default-project-rloo's, "
+        "measured on SmolLM2 in docs/REAL-MODEL.md)")
     add("--warmup", type=common.nonnegative_int, default=10,
         help="linear lr warm-up steps: Adam's first updates, ~lr*sign(g), come from noisy batches")
     add("--lr-schedule", choices=["linear", "constant"], default="linear",

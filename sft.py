@@ -47,7 +47,8 @@ def parse_args(argv=None):
     add("--grad-accum", type=common.positive_int, default=1,
         help="micro-batches per step, to save memory")
     add("--lr", type=common.positive_float, default=None, help="AdamW peak lr, then cosine decay "
-        "(tiny: see --batch-size; a pretrained model: TRL SFTConfig's; [CR] gives none)")
+        "(tiny: see --batch-size; a pretrained model: TRL SFTConfig's, docs/REAL-MODEL.md's start "
+        "model; [CR] gives none)")
     add("--warmup", type=common.nonnegative_int, default=50, help="linear warm-up ([CR]: 500)")
     add("--weight-decay", type=common.nonnegative_float, default=0.0, help="AdamW's")
     add("--loss-norm", choices=["token", "seq"], default="token",

@@ -81,7 +81,8 @@ def parse_args(argv=None):
         help="refresh the sampler's weights every N steps (paper: 10; 1 = on-policy)")
     add("--steps", type=common.positive_int, default=125, help="optimizer steps: ~5 min on 2 cores")
     add("--lr", type=common.positive_float, default=None, help="AdamW lr, constant after warm-up "
-        "(tiny: a larger one collapsed it; [SPO]: 6e-8 for 8B)")
+        "(tiny: a larger one collapsed it; a pretrained model: rloo.py's, measured on SmolLM2 in "
+        "docs/REAL-MODEL.md; [SPO]: 6e-8 for 8B)")
     add("--warmup", type=common.nonnegative_int, default=10, help="warm-up steps (paper: 200)")
     add("--micro-batch", type=common.positive_int, default=64,
         help="sequences per forward and backward pass (memory)")
