@@ -252,7 +252,7 @@ def smollm2_path():
 # Each script's fewest steps with the real model: one size, one problem to evaluate, short outputs.
 TINY_BUDGET = ["--eval-sizes", "3", "--eval-size", "1", "--eval-k", "2", "--max-new-tokens", "8",
                "--threads", "2", "--sizes", "3", "--train-size", "8"]
-BUDGETS = {"sft": ["--steps", "2", "--batch-size", "2", "--eval-every", "1"],
+BUDGETS = {"sft": ["--steps", "2", "--batch-size", "2", "--eval-every", "1", "--save-every", "1"],
            "rloo": ["--steps", "2", "--prompts", "1", "--group-size", "2", "--save-every", "1"],
            "topr": ["--iterations", "1", "--prompts", "1", "--group-size", "4", "--batch-size", "2",
                     "--keep", "0", "--sampling", "uniform", "--save-every", "1"],
