@@ -10,13 +10,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import real_model_gains as gains  # noqa: E402
 
 
-def _result(arm, seed, start, end, minutes=10.0):
+def _result(arm, seed, start, end, minutes=10.0, lr=None, step_s=None):
     fig = lambda greedy, sampled: {"greedy/accuracy": greedy, "sampled/accuracy": sampled,  # noqa
                                    "greedy/length": 30.0, "sampled/format_rate": 1.0}
     return {"arm": arm, "seed": seed, "cmd": f"python {arm}.py --seed {seed}",
             "wall_s": 60 * minutes, "peak_rss_mb": 1000.0, "steps": 24,
             "start": fig(*start), "end": fig(*end), "machine": "2 cores (test CPU)",
-            "commit": "abc1234", "date": "2026-11-28 00:00 UTC"}
+            "commit": "abc1234", "date": "2026-11-28 00:00 UTC",
+            **({} if lr is None else {"lr": lr}),
+            **({} if step_s is None else {"median_step_s": step_s})}
 
 
 def test_every_arm_evaluates_at_its_start_and_end_only_on_100_problems(tmp_path):
@@ -41,12 +43,18 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
     kept = [_result("sft", 0, (0.0, 0.0), (0.2, 0.11)),
             _result("topr", 0, (0.2, 0.11), (0.26, 0.215)),
             _result("topr", 1, (0.21, 0.12), (0.2, 0.10)),
-            _result("rloo", 0, (0.2, 0.11), (0.3, 0.25))]
+            _result("rloo", 0, (0.2, 0.11), (0.3, 0.25), step_s=12.4),
+            _result("rloo", 0, (0.2, 0.11), (0.1, 0.05), lr=3e-5)]  # another lr: kept apart
     for r in kept:
-        (results / f"{r['arm']}-s{r['seed']}.json").write_text(json.dumps(r))
+        name = gains.name(r["arm"], r["seed"], r.get("lr", gains.LR))
+        (results / f"{name}.json").write_text(json.dumps(r))
     gains.render()
     doc = (tmp_path / "DOC.md").read_text()
-    assert "| topr.py | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | abc1234 |" in doc
+    assert "| topr.py | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | - | abc1234 |" in doc
+    assert "| rloo.py | 0 | 20.0 -> 30.0 | 11.0 -> 25.0 | +14.0 | 10.0 | 12 | abc1234 |" in doc
+    # the run at another lr: in its own table, not in the main one nor in the README's means
+    assert "| rloo.py | 3e-05 | 0 | 20.0 -> 10.0 | 11.0 -> 5.0 | -6.0 |" in doc
+    assert doc.index("## Other learning rates") < doc.index("| rloo.py | 3e-05")
     assert "| topr.py | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in doc  # a loss shows as one
     assert doc.index("| rloo.py | 0") < doc.index("| topr.py | 0")  # the scripts' order
     assert "Not run yet: agro-on, agro-off, spo." in doc
@@ -56,6 +64,7 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
     assert "old" not in block
     assert "| topr.py | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # the mean of the 2 seeds
     assert "| sft.py (the start, from SmolLM2) | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 | 10 |" in block
+    assert "| rloo.py | 1 | 11.0 -> 25.0 | 20.0 -> 30.0 | 10 |" in block  # lr 1e-5's seed alone
 
 
 def test_an_rl_arm_without_the_start_model_is_one_line(tmp_path, monkeypatch):
