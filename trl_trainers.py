@@ -434,9 +434,9 @@ def parse_args(argv=None):
     add("--time-limit", type=common.positive_float, default=None, metavar="MIN",
         help="stop training MIN minutes after the start (then evaluate and save as at the end)")
     add("--prompts", type=common.positive_int, default=64,
-        help="prompts a step, over all processes (offline: rows of --data); 64 x 4 is rloo.py's "
+        help="prompts per step, over all processes (offline: rows of --data); 64 x 4 is rloo.py's "
         "batch, so that the two compare step for step")
-    add("--num-generations", type=int, default=4, help="completions a prompt (TRL's G, >= 2)")
+    add("--num-generations", type=int, default=4, help="completions per prompt (TRL's G, >= 2)")
     add("--lr", type=common.positive_float, default=None, help="AdamW lr; None: 6e-5 for tiny, "
         "1e-5 for a pretrained model (the RL scripts' defaults)")
     add("--warmup", type=common.nonnegative_int, default=10, help="linear warm-up steps")
@@ -446,14 +446,15 @@ def parse_args(argv=None):
         "5-6's weights (the config's default, the paper's for fresh samples) or Eq. 4's, which "
         "also learn from a weak start (docs/SCALE.md)")
     add("--max-new-tokens", type=common.positive_int, default=None,
-        help="tokens a completion; None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
+        help="tokens per completion; None: 64 for tiny, 512 for a pretrained model ([TOPR] §4)")
     add("--sizes", default=None, help="difficulty levels, comma-separated (Countdown: numbers a "
         "puzzle); default: the task's SIZES")
     add("--eval-sizes", default=None, help="held-out difficulty levels; default: the task's SIZES")
-    add("--train-size", type=common.positive_int, default=20000, help="training problems a size")
+    add("--train-size", type=common.positive_int, default=20000, help="training problems per size")
     add("--eval-size", type=common.nonnegative_int, default=200,
-        help="held-out problems a size (0: no evaluation)")
-    add("--eval-k", type=common.positive_int, default=8, help="samples a problem at temperature 1")
+        help="held-out problems per size (0: no evaluation)")
+    add("--eval-k", type=common.positive_int, default=8,
+        help="samples per problem at temperature 1")
     add("--use-vllm", action="store_true", help="generate with TRL's colocated vLLM (GPU)")
     add("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
     add("--seed", type=common.nonnegative_int, default=0)
@@ -496,7 +497,7 @@ def load_inputs(args, parser, world: int) -> Inputs:
         per_step = args.prompts * (1 if args.data and args.algo == "topr" else
                                    args.num_generations)
         if per_step % world:
-            raise common.UsageError(f"{per_step} samples a step do not split over {world} "
+            raise common.UsageError(f"{per_step} samples per step do not split over {world} "
                                     "processes")
         path = common.resolve_model_path(args.model, task=args.task)
         tok = AutoTokenizer.from_pretrained(path)

@@ -32,8 +32,8 @@ def main(argv=None):
                    help="difficulty levels, comma-separated (Countdown: numbers a puzzle); "
                         "default: the task's SIZES")
     p.add_argument("--prompts", type=common.positive_int, default=256,
-                   help="training prompts a size")
-    p.add_argument("--group-size", type=common.positive_int, default=64, help="samples a prompt")
+                   help="training prompts per size")
+    p.add_argument("--group-size", type=common.positive_int, default=64, help="samples per prompt")
     p.add_argument("--betas", default="0.1,0.2,0.3,0.4,0.5", help="comma-separated")
     p.add_argument("--reward", default="original", help="reward variant: sets r_correct - r_wrong")
     p.add_argument("--seed", type=int, default=0)

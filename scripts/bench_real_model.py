@@ -132,7 +132,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default=common.SMOLLM2, help="the model: a folder or `smollm2`")
     p.add_argument("--max-new-tokens", type=common.positive_int, default=96,
-                   help="new tokens a completion at most (scripts/real_model_gains.py's)")
+                   help="new tokens per completion at most (scripts/real_model_gains.py's)")
     p.add_argument("--micro-batch", type=common.positive_int, default=16,
                    help="sequences a forward and backward of the training step")
     p.add_argument("--repeats", type=common.positive_int, default=2, help="best of this many")
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
             rate = r[f"{name} tok/s"]
             share = 2 * n * rate / (peak[dtype] * 1e9)
             cells.append(f"{name} {rate:6.0f} tok/s ({100 * share:.1f}% of peak, "
-                         f"{r[f'{name} length']:.0f} tokens a completion)")
+                         f"{r[f'{name} length']:.0f} tokens per completion)")
         print(f"sample   {kind:4s} {dtype}: " + "; ".join(cells))
     for dtype in DTYPES:  # the kv engine's attention against the model's own
         own = f"kv, {model.config._attn_implementation}"

@@ -89,8 +89,8 @@ def parse_args(argv=None):
     p.add_argument("--engine", default="auto", choices=common.ENGINES,
                    help="engine of the RL runs; auto: vLLM on a GPU, else kv (common.make_engine)")
     p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems a size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
+                   help="held-out problems per size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
     p.add_argument("--sizes", default=None,
                    help="held-out sizes, comma-separated (default: the task's)")
     p.add_argument("--out", default=None, help="folder for the runs and results.json (default: "

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    preset["max_new_tokens"]))
     t = time.perf_counter()
     say("start", f"{model.name_or_path} ({common.count_parameters(model) / 1e6:.1f}M), greedy, "
-        f"{preset['eval_size']} problems a size, <= {preset['start_tokens']} tokens: "
+        f"{preset['eval_size']} problems per size, <= {preset['start_tokens']} tokens: "
         + held_out(engine, tok, style, START_SIZES, preset["eval_size"], preset["start_tokens"])
         + f" ({time.perf_counter() - t:.0f}s)")
 

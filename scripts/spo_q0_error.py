@@ -9,7 +9,7 @@ on x, estimated from N samples (the paper: 800; spo.py: --q0-samples 64).
 Takes each prompt's success rate in a q0.jsonl cache (a spo.py run's) as the truth p, and computes
 exactly, with S ~ Binomial(N, p), the mean over prompts of |Q0_hat - Q0| and of Q0_hat - Q0 (a
 concave function of S/N: biased low), and the share of prompts with S = 0, whose Q0_hat is -1 (as if
-pi_0 never solved them). The cost of N is N samples a prompt, linear in N.
+pi_0 never solved them). The cost of N is N samples per prompt, linear in N.
 """
 import argparse
 import json

@@ -63,8 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
                    help="engine of the runs; auto: vLLM on a GPU, else kv (common.make_engine)")
     p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems a size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples a problem")
+                   help="held-out problems per size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
     p.add_argument("--out", default="runs/time", help="folder for the runs")
     p.add_argument("--results", default="docs/RESULTS.md",
                    help="the generated results file whose time-to-accuracy block is replaced")
@@ -157,7 +157,7 @@ Commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}; machine: {machine()};
 SFT checkpoint, once for each number of minutes M with `--time-limit M`, and its final model is
 evaluated: the model as it stands M minutes of wall clock after the script started, everything
 included (loading, data generation, SPO's Q0 estimate, its own periodic evaluations). Held-out
-sampled accuracy: {args.eval_k} samples at T = 1 of the {args.eval_size} problems a size that
+sampled accuracy: {args.eval_k} samples at T = 1 of the {args.eval_size} problems per size that
 the seed holds out (the scripts' own evaluation, lab.evaluate); % mean ± sd over seeds. Minute 0
 is the SFT checkpoint, each seed's run's step 0.
 
