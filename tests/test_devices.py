@@ -23,7 +23,7 @@ import topr
 from conftest import FOUR
 from tasks import countdown
 
-K = 4  # completions a prompt
+K = 4  # completions per prompt
 REWARDS = [1.0, 0.0, 0.0, 1.0]  # every group has a reward signal, so every loss runs
 
 
