@@ -678,8 +678,9 @@ def test_offpolicy_run_learns_from_an_offline_file(weak_sft, tmp_path):
 
 @pytest.mark.slow
 def test_mixed_run_on_reference_samples_resumes_exactly(weak_sft, tmp_path):
-    """Half on-policy, half from n samples per prompt drawn once from pi_ref (kept in the run folder):
-    4 steps straight = 2 steps, then --resume to 4 (which reads the saved samples, not new ones)."""
+    """Half on-policy, half from n samples per prompt drawn once from pi_ref (kept in the run
+    folder): 4 steps straight = 2 steps, then --resume to 4 (which reads the saved samples, not
+    new ones)."""
     # both runs evaluate (and use the RNG) at step 2
     args = RUN + ["--model", weak_sft, "--problems", _problem_file(tmp_path, SUMS), "--prompts",
                   "4", "--group-size", "3", "--lr", "5e-4", "--offline-prompts", "6",
