@@ -1,18 +1,18 @@
 """agro.py: Any-Generation Reward Optimization, one loss for on-policy and offline groups.
 
 [AGRO] Tang et al., "RL-finetuning LLMs from on- and off-policy data with a single algorithm",
-       2025, arXiv:2503.19612. Its symbols are the names: beta, h, rpi, b, v, lambda_lr, mu, pi.
-Names: r the reward, r_pi (rpi) the regularised one; n completions per prompt, B prompts, N = B n;
-       [N, L]: N sequences of L tokens; T the temperature
+       2025, arXiv:2503.19612. Names: its beta, h, b, v, lambda_lr, mu, pi; r the reward, r_pi
+       (rpi) the regularised one; n completions per prompt, B prompts, N = B n; [N, L]: N
+       sequences of L tokens; T the temperature
 Eqs. 1-3  pi* = argmax E r - beta KL zeroes 1/2 Var[r_pi]  tests/test_agro.py
 §3.1      r_pi = r - beta sg(h), h = log pi - log pi_ref   regularised_rewards (common), log_ratio
 Eq. 4     weights r_pi,i - b_i, b_i leave-one-out mean     agro_offpolicy_weights, loo_baseline
 Eqs. 5-6  w_i: Eq. 4's + lambda_LR x g_LR, baseline v_i    agro_onpolicy_weights
 §8        -mean sg(w_i) log pi(y_i), groups of pi or mu    agro_loss, agro_step, sample_batch
-Departures: lambda_LR (1 in the paper) defaults to beta/2: at 1 the tiny model collapses.
-  On-policy weights are divided by beta, to the off-policy loss's scale.
-  v_i defaults to "var", unbiased; the paper's variance-reduced v_i is biased (--lr-baseline paper).
-  --loss klpg (§8's KL-PG, klpg_loss) on on-policy groups: RLOO with the sequence KL in the reward.
+Departures: lambda_LR (1 in the paper) defaults to beta/2: at 1 the tiny model collapses. On-
+  policy weights are divided by beta, to the off-policy loss's scale.
+  v_i defaults to "var", unbiased; the paper's variance-reduced v_i is biased (--lr-baseline
+  paper). --loss klpg (§8's KL-PG, klpg_loss): RLOO with the sequence KL in the reward.
 Run: python agro.py --task countdown [--mode offpolicy]   More: docs/PAPERS.md, section [AGRO].
 """
 import argparse

@@ -1148,33 +1148,6 @@ class Run:
         self.deadline = time.monotonic() + 60 * (args.time_limit or math.inf)
         self.stopped_early = self.ending = False  # end_step sets both
 
-    def out_of_time(self) -> bool:
-        """Past --time-limit: the step just taken is the run's last (it saves, then stops)."""
-        return time.monotonic() > self.deadline
-
-    def done_before(self, *position: int) -> bool:
-        """Whether a resumed run had trained this point of the loops before its checkpoint:
-        `position` is (iteration,), (iteration, epoch) or (iteration, epoch, batch), against the
-        checkpoint's `next` (where the next step stood: topr.py's loops); False in a new run."""
-        nxt = self.state.get("next") if self.state else None
-        return nxt is not None and tuple(position) < tuple(nxt)[:len(position)]
-
-    def end_step(self, step: int, metrics: dict, evaluate, last: bool, save: bool = False,
-                 **extra) -> bool:
-        """After optimizer step `step` (counted from 1): the held-out evaluation `evaluate()`
-        where due (every --eval-every steps, and at the end), the step's metrics row, and a
-        checkpoint where due (every --save-every steps, `save`, and at the end; `extra` goes into
-        it). The run ends at its `last` step or past --time-limit: True then, and `self.ending`
-        is True while `evaluate()` runs."""
-        self.stopped_early = not last and self.out_of_time()
-        self.ending = last or self.stopped_early
-        if (self.args.eval_every and step % self.args.eval_every == 0) or self.ending:
-            metrics.update(evaluate())
-        self.log(step, metrics)
-        if step % self.args.save_every == 0 or save or self.ending:
-            self.checkpoint(step, **extra)
-        return self.ending
-
     def begin(self, **objects) -> int:
         """config.json (a new run), or `objects` and every RNG as saved; the step to start at."""
         self.objects, self.wall = objects, time.time()
@@ -1201,6 +1174,33 @@ class Run:
         torch.save({**{k: obj.state_dict() for k, obj in self.objects.items()}, **extra,
                     "rng": rng_state(), "step": step, "script": self.script}, path + ".tmp")
         os.replace(path + ".tmp", path)  # atomic: a kill leaves the old checkpoint or the new
+
+    def out_of_time(self) -> bool:
+        """Past --time-limit: the step just taken is the run's last (it saves, then stops)."""
+        return time.monotonic() > self.deadline
+
+    def done_before(self, *position: int) -> bool:
+        """Whether a resumed run had trained this point of the loops before its checkpoint:
+        `position` is (iteration,), (iteration, epoch) or (iteration, epoch, batch), against the
+        checkpoint's `next` (where the next step stood: topr.py's loops); False in a new run."""
+        nxt = self.state.get("next") if self.state else None
+        return nxt is not None and tuple(position) < tuple(nxt)[:len(position)]
+
+    def end_step(self, step: int, metrics: dict, evaluate, last: bool, save: bool = False,
+                 **extra) -> bool:
+        """After optimizer step `step` (counted from 1): the held-out evaluation `evaluate()`
+        where due (every --eval-every steps, and at the end), the step's metrics row, and a
+        checkpoint where due (every --save-every steps, `save`, and at the end; `extra` goes into
+        it). The run ends at its `last` step or past --time-limit: True then, and `self.ending`
+        is True while `evaluate()` runs."""
+        self.stopped_early = not last and self.out_of_time()
+        self.ending = last or self.stopped_early
+        if (self.args.eval_every and step % self.args.eval_every == 0) or self.ending:
+            metrics.update(evaluate())
+        self.log(step, metrics)
+        if step % self.args.save_every == 0 or save or self.ending:
+            self.checkpoint(step, **extra)
+        return self.ending
 
     def finish(self, model, tokenizer) -> str:
         """final/ (a Hugging Face folder: any script's --model), then the closing lines."""

@@ -8,12 +8,10 @@
 k samples per prompt at T = 1 from the current weights, one update, sync    draw_batch, rloo_step
 Names: r_i the reward of y_i ([CR]'s R(x, y_i)), A_i its advantage ([CR]'s R^_i), pi ([CR]'s P);
   T the temperature; [N, L]: N sequences of L tokens; h = log pi(y|x) - log pi_ref(y|x)
-Option --beta > 0 ([RLOO]; [CR] has none): the KL in the reward,
-  r_i - beta sg(h_i) in place of r_i in Eq. 2                      common.regularised_rewards
-Departures: k = 4 where [CR] §6.1 used 16
-  groups whose A_i are all 0 get no pass (has_signal); the loss still divides by the whole batch
-  lr: linear warm-up, then linear decay to 0 (TRL's; [CR] gives none for RLOO)  learning_rate
-  --resample-uniform: dynamic sampling as in DAPO, off by default
+--beta > 0 ([RLOO]; not in [CR]): r_i - beta sg(h_i) in place of r_i  common.regularised_rewards
+Departures: k = 4 where [CR] §6.1 used 16; groups whose A_i are all 0 get no pass (has_signal)
+  but the loss still divides by the whole batch; lr: linear warm-up, then linear decay to 0
+  (TRL's; [CR] gives none for RLOO: learning_rate); --resample-uniform: DAPO's dynamic sampling
 Run: python rloo.py --task countdown  (CPU, minutes)     More: docs/PAPERS.md, sections [CR], [RLOO]
 """
 import argparse

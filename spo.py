@@ -9,12 +9,11 @@ Eq. 13, §3.1.2: Q_T ~ r by terminal, nonterminal or advantage regression (--obj
 §3.1.1: L = squared or clipped cross-entropy (--loss); sigmoid warping   ce_loss, binary_kl_*
 §3.1.3: Q0_hat = beta log(S0 + (1 - S0) e^{-1/beta}), S0 = pi_0's success rate   q0_from_successes
 §3.2: the sampler refreshed every --model-update-interval steps; online + offline data  draw_batch
-Departures: temperature 1, top-p 1, a refresh every step, 64 Q0 samples, lr for 1M parameters
-  (flags)
+Departures (flags): temperature 1, top-p 1, a refresh every step, 64 Q0 samples, lr for 1M params
   --loss sq by default (the best in the paper's ablation, §5.1); its main runs use --loss ce
-  ce_loss minus the target's entropy (0 at the target); advantage: always sigmoid-warped, any --loss
-  one synchronous loop; offline rows cut to --max-new-tokens, re-scored; r binary; no PTS, no PPO
-Run: python spo.py --task countdown      More: docs/PAPERS.md, section [SPO]."""
+  ce_loss minus the target's entropy (0 at the target); advantage: sigmoid-warped for any --loss;
+  one loop; offline rows cut to --max-new-tokens, re-scored; r binary; no PTS, no PPO.
+  Run: python spo.py --task countdown      More: docs/PAPERS.md, section [SPO]."""
 import argparse
 import copy
 import math

@@ -410,6 +410,21 @@ def evaluate(engine, model, task, eval_sets, args) -> dict:
     return metrics
 
 
+def check_flags(args, task) -> None:
+    """The flags that need the task: --reward among its variants, --report-variant's reward,
+    --top-p above 0, a readable --data file; ValueError (one line, exit 2) otherwise."""
+    choices = [PM1, *task.REWARD_VARIANTS] + ["A+B"] * ({"A", "B"} <= set(task.REWARD_VARIANTS))
+    if args.reward not in choices:  # A+B: where the task has A and B
+        raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(choices)}")
+    if args.report_variant and args.reward != args.report_variant:
+        raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
+                         f"not --reward {args.reward}")
+    if args.top_p == 0:
+        raise ValueError("--top-p must be in (0, 1], got 0")
+    if args.data:
+        read_rows(args.data, task)
+
+
 # ---- main(): every input checked first (bad: one line, exit 2), then Algorithm 1's loops ---------
 def main(argv=None):
     parser, args = parse_args(argv)
@@ -418,16 +433,7 @@ def main(argv=None):
     common.setup(args.seed, args.threads)
     try:
         task = get_task(args.task)
-        choices = [PM1, *task.REWARD_VARIANTS] + ["A+B"] * ({"A", "B"} <= set(task.REWARD_VARIANTS))
-        if args.reward not in choices:  # A+B: where the task has A and B
-            raise ValueError(f"unknown --reward {args.reward!r}; choose from {', '.join(choices)}")
-        if args.report_variant and args.reward != args.report_variant:
-            raise ValueError(f"--report-variant {args.report_variant} trains with that reward, "
-                             f"not --reward {args.reward}")
-        if args.top_p == 0:
-            raise ValueError("--top-p must be in (0, 1], got 0")
-        if args.data:  # checked before a model is loaded, or sft.py run to make one
-            read_rows(args.data, task)
+        check_flags(args, task)  # before a model is loaded, or sft.py run to make one
         pool, held_out = problem_sets(task, sizes=args.sizes, train_size=args.train_size,
                                       eval_sizes=args.eval_sizes, eval_size=args.eval_size,
                                       seed=args.seed, source=args.problems)
