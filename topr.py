@@ -428,8 +428,7 @@ def check_flags(args, task) -> None:
 # ---- main(): every input checked first (bad: one line, exit 2), then Algorithm 1's loops ---------
 def main(argv=None):
     parser, args = parse_args(argv)
-    # --resume, the run folder and its checkpoint (common.Run)
-    run = common.Run(parser, args, __file__, keys={"model", "optimizer", "next"})
+    run = common.Run(parser, args, __file__, keys={"model", "optimizer", "next"})  # --resume
     common.setup(args.seed, args.threads)
     try:
         task = get_task(args.task)
