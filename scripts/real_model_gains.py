@@ -60,20 +60,29 @@ LABELS = {"rloo": "rloo.py", "topr": "topr.py", "agro-on": "agro.py (on-policy)"
 
 
 LR = 1e-5  # the scripts' pretrained default; a run at another lr is named by it
+STEPS = 24  # the arms' optimizer steps; a run of another length is named by it
+TOPR_ROUND = 8  # topr.py's steps a round: 64 prompts x 4 samples in batches of 32
 
 
-def name(arm: str, seed: int, lr: float = LR) -> str:
-    """A run's folder and result name: `rloo-s1`, or `rloo-lr3e-05-s0` at another lr."""
-    return f"{arm}-s{seed}" if lr == LR else f"{arm}-lr{lr:.0e}-s{seed}"
+def name(arm: str, seed: int, lr: float = LR, steps: int = STEPS) -> str:
+    """A run's folder and result name: `rloo-s1`, `rloo-lr3e-05-s0` at another lr,
+    `rloo-lr3e-06-steps72-s0` at another lr and length."""
+    return (arm + ("" if lr == LR else f"-lr{lr:.0e}")
+            + ("" if steps == STEPS else f"-steps{steps}") + f"-s{seed}")
 
 
-def command(arm: str, seed: int, lr: float = LR) -> list[str]:
+def command(arm: str, seed: int, lr: float = LR, steps: int = STEPS) -> list[str]:
+    flags = list(ARMS[arm])
+    if arm == "topr":  # its length is its rounds
+        flags[flags.index("--iterations") + 1] = str(steps // TOPR_ROUND)
+    else:
+        flags[flags.index("--steps") + 1] = str(steps)
     # evaluate at step 0 and at the end only (topr.py: --eval-every 0); a checkpoint a round
-    every = ["--eval-every", "0", "--save-every", "8"] if arm == "topr" else [
-        "--eval-every", "24", "--save-every", "24"]
-    return [sys.executable, *ARMS[arm], *EVAL, "--model", lab.repo_relative(START), "--seed",
+    every = ["--eval-every", "0", "--save-every", str(TOPR_ROUND)] if arm == "topr" else [
+        "--eval-every", str(steps), "--save-every", str(steps)]
+    return [sys.executable, *flags, *EVAL, "--model", lab.repo_relative(START), "--seed",
             str(seed), "--lr", f"{lr:g}", *every,
-            "--out", lab.repo_relative(os.path.join(RUNS, name(arm, seed, lr)))]
+            "--out", lab.repo_relative(os.path.join(RUNS, name(arm, seed, lr, steps)))]
 
 
 def evaluations(run: str) -> tuple[dict, dict]:
@@ -109,12 +118,13 @@ def record(arm: str, seed: int, run: str, usage: dict, cmd: list[str], commit: s
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def run(arm: str, seed: int, lr: float = LR) -> None:
+def run(arm: str, seed: int, lr: float = LR, steps: int = STEPS) -> None:
     os.makedirs(RESULTS, exist_ok=True)
     os.makedirs(RUNS, exist_ok=True)
-    result = os.path.join(RESULTS, f"{name(arm, seed, lr)}.json")
+    run_name = name(arm, seed, lr, steps)
+    result = os.path.join(RESULTS, f"{run_name}.json")
     if os.path.exists(result):
-        print(f"kept: {lab.repo_relative(result)} (delete it to run {name(arm, seed, lr)} again)")
+        print(f"kept: {lab.repo_relative(result)} (delete it to run {run_name} again)")
         return
     if arm == "sft":
         cmd, out = [sys.executable, *START_CMD, "--out", "runs/real-model/sft"], RUNS + "/sft"
@@ -122,9 +132,9 @@ def run(arm: str, seed: int, lr: float = LR) -> None:
         if not os.path.isdir(START):
             raise SystemExit(f"real_model_gains.py: error: no start model at "
                              f"{lab.repo_relative(START)}; make it first with --start")
-        cmd, out = command(arm, seed, lr), os.path.join(RUNS, name(arm, seed, lr))
+        cmd, out = command(arm, seed, lr, steps), os.path.join(RUNS, run_name)
     commit = lab.commit()  # the code the run starts with
-    usage = lab.run_script(name(arm, seed, lr), cmd, out, RUNS)
+    usage = lab.run_script(run_name, cmd, out, RUNS)
     lab.write_json(result, record(arm, seed, out, usage, cmd, commit,
                                   None if arm == "sft" else lr))
     print(f"wrote {lab.repo_relative(result)}")
@@ -159,20 +169,21 @@ def render() -> None:
               "other jobs shared the cores",
               "", "| script | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
               "minutes | s a step | code at |", "|---|---|---|---|---|---|---|---|"]
-    at_default = [r for r in results if r.get("lr", LR) == LR]  # results before --lr had none
+    at_default = [r for r in results if r["arm"] != "sft" and default(r)]
     arms = {a: [r for r in at_default if r["arm"] == a] for a in ORDER}
     lines += [row(r) for arm in ORDER for r in sorted(arms[arm], key=lambda r: r["seed"])]
     missing = [a for a in ORDER if not arms[a]]
     if missing:
         lines += ["", "Not run yet: " + ", ".join(missing) + "."]
-    others = sorted((r for r in results if r["arm"] != "sft" and r.get("lr", LR) != LR),
-                    key=lambda r: (ORDER.index(r["arm"]), r["lr"], r["seed"]))
+    others = sorted((r for r in results if r["arm"] != "sft" and not default(r)),
+                    key=lambda r: (ORDER.index(r["arm"]), r["lr"], r["steps"], r["seed"]))
     if others:
-        lines += ["", "## Other learning rates", "",
-                  "The same runs at another lr, everything else as above.", "",
-                  "| script | lr | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
-                  "minutes | s a step | code at |", "|---|---|---|---|---|---|---|---|---|"]
-        lines += [row(r, lr=True) for r in others]
+        lines += ["", "## Other learning rates and lengths", "",
+                  "The same runs at another lr or for more steps, everything else as above.", "",
+                  "| script | lr | steps | seed | greedy start -> end | T = 1 start -> end | "
+                  "T = 1 gain | minutes | s a step | code at |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [row(r, settings=True) for r in others]
     lines += ["", "## Commands", ""] + [f"- {r['arm']} seed {r['seed']}: `{r['cmd']}`"
                                         for r in results]
     write_readme_block(start, arms)
@@ -184,11 +195,16 @@ def render() -> None:
     print(f"wrote {lab.repo_relative(DOC)}")
 
 
-def row(r: dict, lr: bool = False) -> str:
+def default(r: dict) -> bool:
+    """Whether a run has the arms' own lr and length (results from before --lr hold no lr)."""
+    return r.get("lr", LR) == LR and r["steps"] == STEPS
+
+
+def row(r: dict, settings: bool = False) -> str:
     s, e = r["start"], r["end"]
     gain = 100 * (e["sampled/accuracy"] - s["sampled/accuracy"])
-    lr_cell = f" {r['lr']:g} |" if lr else ""
-    return (f"| {LABELS[r['arm']]} |{lr_cell} {r['seed']} | "
+    cells = f" {r.get('lr', LR):g} | {r['steps']} |" if settings else ""
+    return (f"| {LABELS[r['arm']]} |{cells} {r['seed']} | "
             f"{pct(s['greedy/accuracy'])} -> {pct(e['greedy/accuracy'])} | "
             f"{pct(s['sampled/accuracy'])} -> {pct(e['sampled/accuracy'])} | {gain:+.1f} | "
             f"{r['wall_s'] / 60:.1f} | {step_s(r)} | {r['commit']} |")
@@ -243,14 +259,19 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the RL run's seed")
     p.add_argument("--lr", type=float, default=LR,
                    help=f"the RL run's learning rate (default {LR:g}, the scripts' own)")
+    p.add_argument("--steps", type=int, default=STEPS,
+                   help=f"the RL run's optimizer steps (default {STEPS}; topr.py's in rounds of "
+                        f"{TOPR_ROUND})")
     args = p.parse_args(argv)
+    if args.steps < TOPR_ROUND or args.steps % TOPR_ROUND:
+        p.error(f"--steps must be a positive multiple of {TOPR_ROUND} (topr.py's round)")
     if args.render:
         render()
     elif args.start:
         run("sft", 0)
     else:
         for arm in ORDER if args.arm == "all" else [args.arm]:
-            run(arm, args.seed, args.lr)
+            run(arm, args.seed, args.lr, args.steps)
     return 0
 
 

@@ -10,11 +10,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import real_model_gains as gains  # noqa: E402
 
 
-def _result(arm, seed, start, end, minutes=10.0, lr=None, step_s=None):
+def _result(arm, seed, start, end, minutes=10.0, lr=None, step_s=None, steps=24):
     fig = lambda greedy, sampled: {"greedy/accuracy": greedy, "sampled/accuracy": sampled,  # noqa
                                    "greedy/length": 30.0, "sampled/format_rate": 1.0}
     return {"arm": arm, "seed": seed, "cmd": f"python {arm}.py --seed {seed}",
-            "wall_s": 60 * minutes, "peak_rss_mb": 1000.0, "steps": 24,
+            "wall_s": 60 * minutes, "peak_rss_mb": 1000.0, "steps": steps,
             "start": fig(*start), "end": fig(*end), "machine": "2 cores (test CPU)",
             "commit": "abc1234", "date": "2026-11-28 00:00 UTC",
             **({} if lr is None else {"lr": lr}),
@@ -30,6 +30,14 @@ def test_every_arm_evaluates_at_its_start_and_end_only_on_100_problems(tmp_path)
         assert not os.path.isabs(flags["--model"]) and not os.path.isabs(flags["--out"])
         # step 0 and the last step only (topr.py's 0 means just that)
         assert flags["--eval-every"] == ("0" if arm == "topr" else flags["--steps"])
+    # another length: the steps (topr.py's rounds of 8) and the run's name say it
+    cmd = gains.command("rloo", 0, 3e-6, 72)
+    longer = dict(zip(cmd[2::2], cmd[3::2]))
+    assert longer["--steps"] == longer["--eval-every"] == "72" and longer["--lr"] == "3e-06"
+    assert longer["--out"].endswith("rloo-lr3e-06-steps72-s0")
+    topr = gains.command("topr", 0, steps=72)
+    assert topr[topr.index("--iterations") + 1] == "9" and topr[-1].endswith("topr-steps72-s0")
+    assert gains.name("rloo", 1) == "rloo-s1"  # the kept results' names stay as they were
 
 
 def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monkeypatch):
@@ -44,16 +52,18 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
             _result("topr", 0, (0.2, 0.11), (0.26, 0.215)),
             _result("topr", 1, (0.21, 0.12), (0.2, 0.10)),
             _result("rloo", 0, (0.2, 0.11), (0.3, 0.25), step_s=12.4),
-            _result("rloo", 0, (0.2, 0.11), (0.1, 0.05), lr=3e-5)]  # another lr: kept apart
+            _result("rloo", 0, (0.2, 0.11), (0.1, 0.05), lr=3e-5),  # another lr: kept apart
+            _result("rloo", 0, (0.2, 0.11), (0.4, 0.31), lr=3e-6, steps=72)]  # and length
     for r in kept:
-        name = gains.name(r["arm"], r["seed"], r.get("lr", gains.LR))
+        name = gains.name(r["arm"], r["seed"], r.get("lr", gains.LR), r["steps"])
         (results / f"{name}.json").write_text(json.dumps(r))
     gains.render()
     doc = (tmp_path / "DOC.md").read_text()
     assert "| topr.py | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | - | abc1234 |" in doc
     assert "| rloo.py | 0 | 20.0 -> 30.0 | 11.0 -> 25.0 | +14.0 | 10.0 | 12 | abc1234 |" in doc
     # the run at another lr: in its own table, not in the main one nor in the README's means
-    assert "| rloo.py | 3e-05 | 0 | 20.0 -> 10.0 | 11.0 -> 5.0 | -6.0 |" in doc
+    assert "| rloo.py | 3e-05 | 24 | 0 | 20.0 -> 10.0 | 11.0 -> 5.0 | -6.0 |" in doc
+    assert "| rloo.py | 3e-06 | 72 | 0 | 20.0 -> 40.0 | 11.0 -> 31.0 | +20.0 |" in doc
     assert doc.index("## Other learning rates") < doc.index("| rloo.py | 3e-05")
     assert "| topr.py | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in doc  # a loss shows as one
     assert doc.index("| rloo.py | 0") < doc.index("| topr.py | 0")  # the scripts' order
