@@ -15,8 +15,8 @@ rebuilt from them, so one claim run alone updates its own rows, and --render-onl
 checkout. The hand-written investigations (docs/CLAIMS-notes.md) follow.
 
 The claims themselves (their arms, contrasts, primaries, departures from the papers and settings)
-are data in scripts/claims_registry.py; this file runs them (run_claim) and renders the doc
-(write_doc).
+are data in docs/claims/registry/ (one TOML file a claim), read by scripts/claims_registry.py;
+this file runs them (run_claim) and renders the doc (write_doc).
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient
 reinforcement learning for LLMs", 2025, arXiv:2503.14286. [AGRO] Tang et al., "RL-finetuning LLMs
@@ -45,9 +45,9 @@ import lab  # noqa: E402  (the runner: one command to completion, a finished run
 from compare import common  # noqa: E402
 from lab import ROOT, side_by_side  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
-import claims_registry  # noqa: E402  (the claims, their arms and settings, as data)
+import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/)
 from claims_registry import (  # noqa: E402
-    CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL, PROBES_ADDED,
+    CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
     QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
     REGISTRATION, departures, label)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
@@ -570,8 +570,7 @@ def arm_table(cid: str, r: dict) -> list[str]:
     for arm, cmd in r["commands"].items():
         role = label(CLAIMS[cid]["arms"][arm])
         if CLAIMS[cid]["arms"][arm].role == "probe":
-            role += "; post hoc, added in " + next(
-                (c for start, c in PROBES_ADDED.items() if arm.startswith(start)), "?")
+            role += "; post hoc, added in " + (CLAIMS[cid]["arms"][arm].added or "?")
         lines.append(f"| {arm} ({role}) | " + " | ".join(
             ms([get(r["figures"][s][arm], k) for s in seeds], digits * (k == "score") or 1)
             for _, k in cols)
@@ -799,8 +798,9 @@ def registration_paragraph() -> list[str]:
     """Which primaries ran blind and which were chosen with results seen (REGISTRATION)."""
     blind = [c for c, (how, _) in REGISTRATION.items() if how == "blind"]
     seen = [c for c in EARLIER_CLAIMS if REGISTRATION.get(c, ("",))[0] == "seen"]
-    reuse = [c for c, (how, what) in REGISTRATION.items()
-             if how == "seen" and c not in EARLIER_CLAIMS]
+    reuse = [c for c, (how, what) in REGISTRATION.items()  # then those partly blind
+             if how == "seen" and c not in EARLIER_CLAIMS] + [
+        c for c, (how, _) in REGISTRATION.items() if how == "partly"]
     return [f"**What was registered blind.** No primary, delta or verdict arm changed after "
             f"37c3416, but that is true of the code, not of the choices. Ran blind: "
             f"{', '.join(blind)} and agro-fig4's off-policy arm (registered before any of their "

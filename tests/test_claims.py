@@ -410,7 +410,9 @@ def test_every_probe_arm_names_the_commit_that_added_it():
         for name, arm in claim.get("arms", {}).items():
             assert arm.role in claims_registry.ROLES, (cid, name)
             if arm.role == "probe":
-                assert any(name.startswith(start) for start in claims.PROBES_ADDED), (cid, name)
+                assert any(name.startswith(start) for start in claims_registry.PROBES_ADDED), (
+                    cid, name)
+                assert re.fullmatch(r"[0-9a-f]{7}", arm.added), (cid, name)
 
 
 def test_a_claim_registered_at_1987642_keeps_its_earlier_results_and_its_primary_is_post_hoc(
