@@ -469,3 +469,88 @@ def test_a_secondary_claim_of_no_difference_is_judged_as_one_not_by_its_directio
     assert claims.secondary("x", [0.4, 0.5, 0.7], "probe")["probe"]
     registry = claims.CLAIMS["topr-fig7"]["contrasts"]
     assert [c[2:] for c in registry] == [(1.0,)], registry
+
+
+# ---- The registry as data (docs/claims/registry/) and its expressions --------------------------
+def test_an_expression_computes_a_contrast_from_one_seeds_figures():
+    """A contrast as the registry writes it, on figures whose value is known by hand."""
+    from claims_registry import Expression
+    curve = [{"step": 0, "acc": 20.0}, {"step": 100, "acc": 24.0}, {"step": 200, "acc": 22.0}]
+    m = {"topr": {"acc": 25.5, "start": 20.0, "steps": 250, "curve": curve, "pass": 60.0},
+         "topr-p67": {"acc": 21.0, "start": 20.0}, "naive": {"acc": 1.5}}
+    arms = list(m)
+
+    def value(text):
+        return Expression("topr-fig1", text, arms)(m)
+    assert value("topr.acc - naive.acc") == 24.0
+    assert value("topr.acc - at(topr, topr.steps // 2).acc") == 25.5 - 24.0  # step 125: 100's
+    assert value('arm["topr-p67"].acc - -arm["topr-p67"].start * 2 / 4') == 31.0
+    assert value('topr["pass"] - topr.curve[0].acc') == 40.0
+    assert value('mean(topr.acc, naive.acc) - min(topr.start, 3) + max(1, 2)') == 12.5
+    registered = claims.CLAIMS["topr-fig1"]["primary"][1]  # from topr-fig1.toml
+    assert registered(m) == 5.5 and "topr.acc - topr.start" in repr(registered)
+
+
+@pytest.mark.parametrize("text", [
+    '__import__("os").system("true")',  # a call to something not whitelisted
+    "import os",                        # not an expression at all
+    "topr.__class__",                   # an attribute of Python's, not a figure
+    'topr["__class__"]',
+    "open('x').read()",
+    "topr.acc ** 2",                    # an operator not in the list
+    "lambda: 1",
+    "[x for x in topr]",
+    "nope.acc - topr.acc",              # no such arm
+    'arm["nope"].acc',
+    "topr.acc if 1 else 0",
+    "min(topr.acc, key=1)",
+    "'text'",
+])
+def test_a_forbidden_expression_is_refused_with_one_line_naming_the_claim(text):
+    import claims_registry
+    with pytest.raises(claims_registry.RegistryError) as e:
+        claims_registry.Expression("topr-fig1", text, ["topr", "naive"])
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"topr-fig1: expression {text!r}: ")
+    source = open(claims_registry.__file__).read()  # checked by walking the tree: no eval
+    assert not re.search(r"\b(eval|exec|getattr|compile)\(", source)
+
+
+def test_a_claim_file_with_a_bad_expression_or_key_stops_the_load_naming_it(tmp_path):
+    import shutil
+    import claims_registry
+    folder = tmp_path / "registry"
+    shutil.copytree(claims_registry.REGISTRY, folder)
+    assert list(claims_registry.load(str(folder))) == list(claims.CLAIMS)  # as copied: loads
+    path = folder / "topr-fig8.toml"
+    good = path.read_text()
+    path.write_text(good.replace('expr = "ak.acc - uniform.acc"',
+                                 'expr = "ak.acc - uniform.acc.__class__"'))
+    with pytest.raises(claims_registry.RegistryError, match=r"^topr-fig8: expression "):
+        claims_registry.load(str(folder))
+    path.write_text(good.replace("[verdict]", "[verdicts]"))
+    with pytest.raises(claims_registry.RegistryError, match="topr-fig8: unknown key 'verdicts'"):
+        claims_registry.load(str(folder))
+    path.unlink()
+    with pytest.raises(claims_registry.RegistryError, match="topr-fig8"):
+        claims_registry.load(str(folder))
+
+
+def test_every_eq12_arms_c_is_its_p_tilde_at_its_datas_share():
+    """topr-fig5, topr-fig6 and topr-s43 write each arm's --c out: Eq. 12 inverted (c_for)."""
+    seen = 0
+    for cid in ("topr-fig5", "topr-fig6", "topr-s43"):
+        for name, arm in claims.CLAIMS[cid]["arms"].items():
+            flags = dict(zip(arm.flags[::2], arm.flags[1::2]))
+            p = {"{d10}": 0.1, "{d10n3}": 0.1, "{d50}": 0.5}[flags["--data"]]
+            pt = int(name.rsplit("-pt", 1)[1]) / 100
+            assert flags["--c"] == f"{claims.c_for(p, pt):.4f}", (cid, name)
+            seen += 1
+    assert seen == 18 + 12 + 12
+
+
+def test_cr_s51_runs_topr_at_the_reports_setting():
+    """cr-s51's arm writes out topr.py's REPORT_SETTING (--report-variant's) with reward B."""
+    flags = claims.CLAIMS["cr-s51"]["arms"]["B"].flags
+    assert flags == ["--reward", "B", "--iterations", "1"] + [
+        x for k, v in topr.REPORT_SETTING.items() for x in (f"--{k.replace('_', '-')}", str(v))]
