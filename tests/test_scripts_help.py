@@ -21,3 +21,12 @@ def test_every_script_answers_help_without_doing_its_work(path, tmp_path, monkey
     out = capsys.readouterr().out
     assert out.startswith("usage: ") and "--help" in out
     assert os.listdir(tmp_path) == []  # nothing written
+
+
+def test_every_script_is_listed_in_scripts_readme_with_the_doc_it_feeds():
+    """scripts/README.md's tables: one row a script (name, what it does, what it feeds)."""
+    readme = open(os.path.join(os.path.dirname(SCRIPTS[0]), "README.md")).read()
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[3].strip()
+            for line in readme.splitlines() if line.startswith("| `")}
+    assert sorted(rows) == sorted(os.path.basename(p) for p in SCRIPTS)
+    assert all(rows.values()), rows
