@@ -112,7 +112,7 @@ def run(script: str, flags: list[str], out: str, seed: int, args, cid: str = "")
 def command(script: str, flags: list[str], seed: int, args, cid: str = "") -> list[str]:
     """An arm's command from the start model with this seed (its --quick or --paper-settings
     flags last: they win)."""
-    extra = QUICK.get(script, []) if args.quick else []
+    extra = list(QUICK.get(script, [])) if args.quick else []  # a copy: += below
     if getattr(args, "paper_settings", False):
         extra += PAPER_SETTINGS.get(cid, {}).get(script, [])
     return [sys.executable, script, "--model", args.sft, "--seed", str(seed), *flags, *extra]

@@ -554,3 +554,12 @@ def test_cr_s51_runs_topr_at_the_reports_setting():
     flags = claims.CLAIMS["cr-s51"]["arms"]["B"].flags
     assert flags == ["--reward", "B", "--iterations", "1"] + [
         x for k, v in topr.REPORT_SETTING.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def test_quick_with_the_papers_settings_adds_each_flag_once_a_command(capsys):
+    """--quick's flags then --paper-settings', once in every command (the two lists were once
+    joined in place, so each command of a script carried the paper's flags once more)."""
+    claims.main(["topr-fig8", "--sft", "S", "--dry-run", "--quick", "--paper-settings",
+                 "--seeds", "0,1,2"])
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("python")]
+    assert len(commands) == 6 and all(c.count("--max-new-tokens 512") == 1 for c in commands)
