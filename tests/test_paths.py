@@ -90,13 +90,13 @@ MACHINE_PATH = re.compile(r"(?<![\w.-])/(?:work|root|tmp|home|Users|private|var/
 
 
 def test_no_doc_names_a_run_by_a_machines_path():
-    """The results in docs/ (claims' result.json files, generated and hand-written docs) name runs
-    relative to the repository, never a checkout's or a temporary folder's absolute path: a clone
-    follows them, and `claims.py --render-only` works from any of them."""
+    """The results in docs/ (claims' result.json files and registry, generated and hand-written
+    docs) name runs relative to the repository, never a checkout's or a temporary folder's
+    absolute path: a clone follows them, and `claims.py --render-only` works from any of them."""
     found, read = {}, 0
     for folder, _, files in os.walk(os.path.join(ROOT, "docs")):
         for name in files:
-            if not name.endswith((".json", ".md", ".jsonl")):
+            if not name.endswith((".json", ".md", ".jsonl", ".toml")):
                 continue
             path = os.path.join(folder, name)
             with open(path, encoding="utf-8") as f:
