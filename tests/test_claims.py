@@ -1,4 +1,5 @@
-"""scripts/claims.py: the verdict rule, Eq. 12's inverse, the composed datasets and bad input."""
+"""scripts/claims.py: the verdict rule, Eq. 12's inverse, the composed datasets, bad input, and the
+registry's data (docs/claims/registry/) with its expressions."""
 import argparse
 import json
 import math
