@@ -9,6 +9,7 @@ expression over one seed's figures of the claim's arms ("topr.acc - naive.acc");
 checks it when the registry is loaded and computes it by walking its syntax tree, allowing only
 numbers, arms, figures, + - * / //, unary minus and the helpers in HELPERS (never Python's eval).
 A registry that cannot be read so stops the load with one line naming the claim and what is wrong.
+The files are TOML, read by Python's own tomllib (Python 3.11 and later; no package to install).
 
 [TOPR] Le Roux, Bellemare et al., "Tapered Off-Policy REINFORCE: Stable and efficient
 reinforcement learning for LLMs", 2025, arXiv:2503.14286. [AGRO] Tang et al., "RL-finetuning LLMs
