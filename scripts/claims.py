@@ -49,7 +49,7 @@ import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/
 from claims_registry import (  # noqa: E402
     CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
     QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
-    REGISTRATION, departures, label)
+    REGISTRATION, ADDED, departures, label)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -88,6 +88,7 @@ RULE = ("Each claim has one **primary contrast**, about the paper's own method, 
 # The primary rule's verdicts (RULE), and a claim that its runs cannot test (UNTESTABLE)
 PAPERS, OPPOSITE = "paper's direction", "opposite direction"
 NOT_DETECTED, EQUIVALENT = "not detected at this power", "equivalent within delta"
+NOT_RUN = "not run yet"  # an added primary whose arms the result lacks
 UNTESTED, COLLAPSED = "not testable here", "the comparator collapsed"  # CO_CONDITIONS
 VERDICTS = (PAPERS, OPPOSITE, NOT_DETECTED, EQUIVALENT, COLLAPSED, UNTESTED)
 EARLIER_RULE = (
@@ -283,8 +284,10 @@ def pass_k(counts: list[int], n: int, k: int) -> float:
 def run_claim(cid: str, args) -> dict:
     """Every arm of one claim for every seed, then its figures, contrasts and verdict."""
     claim, claim_dir = dict(CLAIMS[cid]), os.path.join(args.out, cid)
-    if args.skip_probes:  # the claim's own arms and contrasts alone
-        claim["arms"] = {a: v for a, v in claim["arms"].items() if v.role != "probe"}
+    if args.skip_probes:  # the claim's own arms and contrasts alone (and an added primary's)
+        needed = {a for x in ADDED.get(cid, []) for a in x.fn.used}
+        claim["arms"] = {a: v for a, v in claim["arms"].items()
+                         if v.role != "probe" or a in needed}
         claim["contrasts"] = [c for c in claim["contrasts"] if c[2:] != ("probe",)]
     os.makedirs(claim_dir, exist_ok=True)
     files = {s: {} for s in args.seeds}
@@ -369,6 +372,17 @@ def primary_of(cid: str, r: dict) -> dict:
     verdict with its figures (primary_verdict; a result.json made before the rule gets them here
     too)."""
     text, fn, delta, kind = CLAIMS[cid]["primary"]
+    return judged(r, text, fn, delta, kind, UNTESTABLE.get(cid), CO_CONDITIONS.get(cid))
+
+
+def judged(r: dict, text: str, fn, delta: float, kind: str, untestable: str | None = None,
+           co: tuple | None = None) -> dict:
+    """A primary contrast (text, fn, delta, kind) judged on a result (RULE): d seed by seed, the
+    verdict with its figures; "not testable here" (untestable: why) whatever d says; "the
+    comparator collapsed" where co, (text, fn), is negative in the mean; "not run yet" where the
+    result lacks an arm that fn reads."""
+    if any(a not in seed_figures(r, s) for s in r["seeds"] for a in getattr(fn, "used", ())):
+        return {"text": text, "d": [], "delta": delta, "kind": kind, "verdict": NOT_RUN}
     d = []
     for s in r["seeds"]:
         try:
@@ -377,15 +391,49 @@ def primary_of(cid: str, r: dict) -> dict:
             d.append(math.nan)
     verdict, stats = ("smoke", {}) if r["quick"] else primary_verdict(d, delta, kind)
     out = {"text": text, "d": d, "delta": delta, "kind": kind, "verdict": verdict, **stats}
-    if cid in UNTESTABLE and not r["quick"]:  # whatever d says: the rule's outcome kept beside it
-        out.update(verdict=UNTESTED, why=UNTESTABLE[cid], rule=verdict)
-    if cid in CO_CONDITIONS and not r["quick"]:  # the paper's method must hold its ground too
-        co_text, co_fn = CO_CONDITIONS[cid]
+    if untestable and not r["quick"]:  # whatever d says: the rule's outcome kept beside it
+        out.update(verdict=UNTESTED, why=untestable, rule=verdict)
+    if co and not r["quick"]:  # the paper's method must hold its ground too
+        co_text, co_fn = co
         c = [co_fn(seed_figures(r, s)) for s in r["seeds"]]
         out["co"] = {"text": co_text, "c": c, "mean": statistics.mean(c)}
         if verdict == PAPERS and out["co"]["mean"] < 0:
             out.update(verdict=COLLAPSED, rule=verdict)
     return out
+
+
+def added_of(cid: str, r: dict) -> list[dict]:
+    """A claim's added primaries (ADDED) judged on its result, each with its registration."""
+    return [dict(judged(r, a.text, a.fn, a.delta, a.kind, co=a.co_condition),
+                 registered=a.registered, seen=a.seen, delta_why=a.delta_why)
+            for a in ADDED.get(cid, [])]
+
+
+def composed(cid: str, results: dict) -> dict | None:
+    """A claim with no result of its own whose arms all share runs of other claims (runs_of),
+    where those claims' results hold the figures: its result composed from theirs, no run of its
+    own (its registration must say the figures were there to see)."""
+    claim, seeds = CLAIMS[cid], None
+    shared = claim.get("shared", {})
+    if not claim.get("runs", True) or set(shared) != set(claim["arms"]):
+        return None
+    figures, sources = {}, {}
+    for arm, where in shared.items():
+        other, name = where.split("/", 1)
+        r = results.get(other)
+        if r is None or r["quick"] or name not in r["commands"]:
+            return None
+        seeds = r["seeds"] if seeds is None else [s for s in seeds if s in r["seeds"]]
+        sources[other] = r.get("commit", "?")
+        for s in r["seeds"]:
+            figures.setdefault(str(s), {})[arm] = seed_figures(r, s)[name]
+    figures = {str(s): figures[str(s)] for s in seeds}
+    contrasts = [secondary(text, [fn(figures[str(s)]) for s in seeds], role[0] if role else "")
+                 for text, fn, *role in claim["contrasts"]]
+    return {"claim": cid, "seeds": seeds, "quick": False, "runs": [], "jobs": 1,
+            "figures": figures, "p": {}, "contrasts": contrasts, "minutes": 0.0,
+            "verdict_minutes": 0.0, "composed_from": sources,
+            "commands": {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}}
 
 
 def seed_figures(r: dict, seed) -> dict:
@@ -645,8 +693,11 @@ def write_doc(args) -> str:
             if os.path.exists(path):
                 results[cid] = lab.read_json(path)
                 break
+    for cid in [c for c in CLAIMS if c not in results]:  # figures other claims' results hold
+        if (r := composed(cid, results)) is not None:
+            results[cid] = r
     for cid, r in results.items():  # the rule applied to every result, older ones included
-        r["primary"] = primary_of(cid, r)
+        r["primary"], r["added"] = primary_of(cid, r), added_of(cid, r)
         if "earlier_verdict" not in r and cid in EARLIER_CLAIMS:  # made under the earlier rule
             r["earlier_verdict"] = r["verdict"]
     earlier_path = os.path.join(ARCHIVE, f"earlier-{EARLIER}.json")
@@ -704,11 +755,19 @@ def write_doc(args) -> str:
         cell = (f"{claim['primary'][0]}{registered}: "
                 + (estimate(p, digits) if p else "not run yet")
                 + f"; delta {claim['primary'][2]:g}: {DELTA_WHY[cid]}")
+        added = r["added"] if r else [dict(text=a.text, d=[], delta=a.delta, verdict=NOT_RUN,
+                                           registered=a.registered, delta_why=a.delta_why)
+                                      for a in ADDED.get(cid, [])]
+        cell += "".join(f"<br>added after results were seen (registered in {a['registered']}): "
+                        f"{a['text']}: " + (estimate(a, digits) if a["d"] else NOT_RUN)
+                        + f"; delta {a['delta']:g}: {a['delta_why']}" for a in added)
         then = [f"{r['earlier_verdict']} (these runs)"] if r and "earlier_verdict" in r else []
         if cid in earlier["claims"]:
             then.append(f"{earlier['claims'][cid]['verdict']} (the earlier runs)")
         lines.append(f"| [{claim['paper']}](#{cid}) | {claim['says']} | {differs} | {cell} | "
-                     f"{verdict_text(p) if p else '**not run yet**'} | {'; '.join(then)} |")
+                     f"{verdict_text(p) if p else '**not run yet**'}"
+                     + "".join(f"<br>added: {verdict_text(a)}" for a in added)
+                     + f" | {'; '.join(then)} |")
     lines += [""] + rates_table(results) + [""] + registration_paragraph()
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
@@ -720,6 +779,9 @@ def write_doc(args) -> str:
         mins = minutes([verdict_runs(cid, r, args)])
         took = (f"{mins:.0f} minutes for the verdict, {r['minutes']:.0f} with the probes"
                 if round(mins) != round(r["minutes"]) else f"{mins:.0f} minutes")
+        if "composed_from" in r:  # no run of its own (composed)
+            took = "no runs of its own: the figures are those of " + ", ".join(
+                f"{c}'s result (at {k})" for c, k in r["composed_from"].items())
         lines += ["", f"## {cid}", "", f"**{claim['paper']}**: {claim['says']}.", "",
                   f"The paper's setting: {claim['setting']}. Ours: {claim['ours']}; seeds "
                   f"{', '.join(map(str, r['seeds']))}; {took}.", ""]
@@ -733,6 +795,11 @@ def write_doc(args) -> str:
             + f"): {p['text']}: {estimate(p, digits)}; {verdict_text(p)}"
             + (f"; results at {r['commit']}" if "commit" in r else "")
             + f". Delta {p['delta']:g}: {DELTA_WHY[cid]}." + registration(cid)]
+        for a in r["added"]:  # beside the registered primary, never in its place
+            lines += ["", f"Added primary ({a['kind']}, delta {a['delta']:g}, registered in "
+                      f"{a['registered']}, after results were seen: {a['seen']}): {a['text']}: "
+                      + (estimate(a, digits) if a["d"] else "its arms have not run yet")
+                      + f"; {verdict_text(a)}. Delta {a['delta']:g}: {a['delta_why']}."]
         if "co" in p:
             lines += ["", f"Co-condition (added after the results were seen, issue 70): "
                       f"{p['co']['text']}: {ms(p['co']['c'], digits)} "
@@ -795,12 +862,24 @@ def registration(cid: str) -> str:
 
 
 def registration_paragraph() -> list[str]:
-    """Which primaries ran blind and which were chosen with results seen (REGISTRATION)."""
-    blind = [c for c, (how, _) in REGISTRATION.items() if how == "blind"]
-    seen = [c for c in EARLIER_CLAIMS if REGISTRATION.get(c, ("",))[0] == "seen"]
-    reuse = [c for c, (how, what) in REGISTRATION.items()  # then those partly blind
+    """Which primaries ran blind and which were chosen with results seen (REGISTRATION); the
+    claims and added primaries (ADDED) registered after 37c3416."""
+    first = {c: v for c, v in REGISTRATION.items() if REGISTERED[c] == "37c3416"}
+    blind = [c for c, (how, _) in first.items() if how == "blind"]
+    seen = [c for c in EARLIER_CLAIMS if first.get(c, ("",))[0] == "seen"]
+    reuse = [c for c, (how, what) in first.items()  # then those partly blind
              if how == "seen" and c not in EARLIER_CLAIMS] + [
-        c for c, (how, _) in REGISTRATION.items() if how == "partly"]
+        c for c, (how, _) in first.items() if how == "partly"]
+    later = [c for c in REGISTRATION if c not in first]
+    commits = sorted({REGISTERED[c] for c in later} | {a.registered for x in ADDED.values()
+                                                       for a in x})
+    after = ([f" Registered later ({', '.join(commits)}): "
+              + (f"the claims {', '.join(later)} (ran blind: "
+                 f"{', '.join(c for c in later if REGISTRATION[c][0] == 'blind') or 'none'}); "
+                 if later else "")
+              + f"the added primaries of {', '.join(ADDED)}, chosen after their claims' results "
+              "had been seen, each shown beside its claim's registered primary, never in its "
+              "place."] if later or ADDED else [])
     return [f"**What was registered blind.** No primary, delta or verdict arm changed after "
             f"37c3416, but that is true of the code, not of the choices. Ran blind: "
             f"{', '.join(blind)} and agro-fig4's off-policy arm (registered before any of their "
@@ -810,7 +889,8 @@ def registration_paragraph() -> list[str]:
             f"end, which had passed); and {', '.join(reuse)} reuse runs already seen "
             "(agro-fig4 its on-policy arm). Each claim's section says which. The co-conditions "
             "of topr-fig6 and topr-fig7 (the paper's method must end at or above its start, or "
-            f"the verdict is **{COLLAPSED}**) were added after their results were seen.", ""]
+            f"the verdict is **{COLLAPSED}**) were added after their results were seen."
+            + "".join(after), ""]
 
 
 def rates_table(results: dict) -> list[str]:

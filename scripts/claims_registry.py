@@ -37,7 +37,10 @@ PTILDE = (0.01, 0.05, 0.10, 0.20, 0.50, 1.00)  # [TOPR] Fig. 5's x axis: 1% ... 
 # The keys a claim's file may have (common.toml says what each means).
 KEYS = {"paper", "says", "setting", "ours", "runs", "why", "plot", "digits", "evaluate",
         "headline", "paper_settings", "earlier", "departures_as", "departures_common",
-        "departures", "arms", "contrasts", "primary", "registration", "co_condition", "verdict"}
+        "departures", "arms", "contrasts", "primary", "registration", "co_condition", "verdict",
+        "added_primaries"}
+# The keys of an added primary (common.toml: [[added_primaries]])
+ADDED_KEYS = {"text", "expr", "delta", "kind", "delta_why", "registered", "seen", "co_condition"}
 
 
 class RegistryError(ValueError):
@@ -53,6 +56,19 @@ class Arm(NamedTuple):
     role: str
     note: str = ""
     added: str = ""
+
+
+class Added(NamedTuple):
+    """A primary added after a claim's results were seen (issue 70): shown beside the registered
+    primary, never in its place; registered at its own commit, with what had been seen then."""
+    text: str
+    fn: "Expression"
+    delta: float
+    kind: str
+    delta_why: str
+    registered: str
+    seen: str
+    co_condition: tuple | None = None  # (text, Expression): as a claim's co_condition
 
 
 def label(arm: Arm) -> str:
@@ -99,7 +115,7 @@ class Expression:
     other name, call, operator or syntax is refused with one line naming the claim."""
 
     def __init__(self, cid: str, text: str, arms):
-        self.text, self.arms = text, set(arms)
+        self.text, self.arms, self.used = text, set(arms), set()  # used: the arms it reads
         self.where = f"{cid}: expression {' '.join(text.split())!r}"
         try:
             self.tree = ast.parse(text.strip(), mode="eval").body
@@ -120,6 +136,7 @@ class Expression:
         if isinstance(node, ast.Name):
             if node.id not in self.arms:
                 raise self.error(f"{node.id!r} is not an arm of this claim")
+            self.used.add(node.id)
             return
         if isinstance(node, ast.Attribute):
             if node.attr.startswith("_"):
@@ -134,6 +151,7 @@ class Expression:
             if isinstance(node.value, ast.Name) and node.value.id == "arm":
                 if key.value not in self.arms:
                     raise self.error(f"{key.value!r} is not an arm of this claim")
+                self.used.add(key.value)
                 return
             return self.check(node.value)
         if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
@@ -226,6 +244,15 @@ def claim(cid: str, raw: dict, common: dict) -> dict:
     if "co_condition" in c:
         co = c["co_condition"]
         c["co_condition"] = (co["text"], Expression(cid, co["expr"], arms))
+    added = []
+    for a in c.get("added_primaries", []):
+        if unknown := sorted(set(a) - ADDED_KEYS) or sorted(ADDED_KEYS - {"co_condition"} - set(a)):
+            raise RegistryError(f"{cid}: added primary: a key missing or unknown: {unknown[0]!r}")
+        co = a.get("co_condition")
+        added.append(Added(a["text"], Expression(cid, a["expr"], arms), a["delta"], a["kind"],
+                           a["delta_why"], a["registered"], a["seen"],
+                           (co["text"], Expression(cid, co["expr"], arms)) if co else None))
+    c["added_primaries"] = added
     return c
 
 
@@ -249,6 +276,8 @@ UNTESTABLE = {cid: c["verdict"]["untestable"] for cid, c in RUN.items()
               if "untestable" in c["verdict"]}
 CONCLUDE = {cid: c["verdict"]["conclude"] for cid, c in RUN.items()}
 CO_CONDITIONS = {cid: c["co_condition"] for cid, c in RUN.items() if "co_condition" in c}
+# Primaries added after results were seen, beside the registered ones (Added), by claim
+ADDED = {cid: c["added_primaries"] for cid, c in RUN.items() if c["added_primaries"]}
 HEADLINE = {cid: [tuple(x) for x in c["headline"]] for cid, c in RUN.items() if "headline" in c}
 # Probes were added after a claim's results were seen (post hoc): the commit of each, by name.
 PROBES_ADDED = {name: arm.added for c in RUN.values() for name, arm in c["arms"].items()
