@@ -322,28 +322,48 @@ def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_ear
 
 
 def test_every_primary_names_the_commit_that_registered_it_and_that_commit_has_it():
-    """The registration precedes the results: the commit named holds the claim's primary, in
-    scripts/claims.py or, once the registry has its own file, scripts/claims_registry.py."""
+    """The registration precedes the results: the commit named holds the primary. Where that
+    commit has the registry as data, the claim's TOML file there gives the same text, expression,
+    delta and kind (an added primary: among its added_primaries). Before it (37c3416, when the
+    registry was Python), scripts/claims.py there holds the full text, and the registry's first
+    TOML commit (REGISTRY_AS_DATA) already held the primary as it is now."""
     import subprocess
+    import tomllib
+
+    def show(commit, path):
+        out = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=claims.ROOT,
+                             capture_output=True, text=True)
+        return None if out.returncode else out.stdout
+
+    def entry(p):  # what pins a primary in a TOML file, its expression's spacing aside
+        return (p["text"], " ".join(p["expr"].split()), p["delta"], p["kind"])
+    if show(REGISTRY_AS_DATA, "scripts/claims.py") is None:
+        pytest.skip("not a git checkout with its history")
     runnable = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
     assert set(claims.REGISTERED) == set(runnable)
-    for commit in set(claims.REGISTERED.values()):
-        def show(path):
-            return subprocess.run(["git", "show", f"{commit}:{path}"], cwd=claims.ROOT,
-                                  capture_output=True, text=True)
-        shown = show("scripts/claims.py")
-        if shown.returncode:
-            pytest.skip("not a git checkout with its history")
-        registry = show("scripts/claims_registry.py")  # absent before the registry's own file
-        text_then = shown.stdout + (registry.stdout if not registry.returncode else "")
-        for cid in [c for c, k in claims.REGISTERED.items() if k == commit]:
-            text = claims.CLAIMS[cid]["primary"][0]
-            assert f'primary=("{text[:40]}' in text_then.replace("\n                 ", ""), cid
+    folder = "docs/claims/registry"
+    for cid in runnable:
+        with open(os.path.join(claims.ROOT, folder, f"{cid}.toml"), "rb") as f:
+            now = tomllib.load(f)
+        todo = [(now["primary"]["registered"], entry(now["primary"]), "primary")] + [
+            (a["registered"], entry(a), "added_primaries") for a in now.get("added_primaries", [])]
+        for commit, want, key in todo:
+            assert re.fullmatch(r"[0-9a-f]{7}", commit), (cid, commit)
+            then = show(commit, f"{folder}/{cid}.toml")
+            if then is None:  # the registry was Python then: its text, and the first TOML's
+                python = show(commit, "scripts/claims.py")
+                assert key == "primary" and python is not None, (cid, commit)
+                flat = " ".join(python.split()).replace('" "', "")  # strings joined over lines
+                assert f'primary=("{want[0]}"' in flat, (cid, commit)
+                then = show(REGISTRY_AS_DATA, f"{folder}/{cid}.toml")
+            t = tomllib.loads(then)
+            got = [entry(t["primary"])] if key == "primary" else [
+                entry(a) for a in t.get("added_primaries", [])]
+            assert want in got, (cid, commit, key)
 
 
-# A claim's arms as they were when its primary was pinned: an arm added since comes after them
-# (agro-fig4's beta 0.5 pair, issue 70), so it does not move the others' sample figures.
-PINNED_ARMS = {"agro-fig4": ["off", "on", "on-lb2"]}
+# The commit that moved the registry from Python to docs/claims/registry/*.toml
+REGISTRY_AS_DATA = "48d0e95"
 
 
 def sample_figures(cid: str, k: int) -> dict:
