@@ -32,6 +32,7 @@ import math
 import multiprocessing
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -48,8 +49,9 @@ from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/)
 from claims_registry import (  # noqa: E402
     CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
-    QUICK, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
+    QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
     REGISTRATION, ADDED, departures, label)
+import topr  # noqa: E402  (the report's lr, for --real-cpu's scaling: real_lr)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
 README_START, README_END = "<!-- claims:start -->", "<!-- claims:end -->"
@@ -101,28 +103,64 @@ EARLIER_RULE = (
 
 
 # ---- Running the arms ----------------------------------------------------------------------------
-def run(script: str, flags: list[str], out: str, seed: int, args, cid: str = "") -> str:
+def run(script: str, flags: list[str], out: str, seed: int, args, cid: str = "",
+        arm: str = "") -> str:
     """One script from the start model with this seed, to its end (or the finished run in out)."""
-    cmd = command(script, flags, seed, args, cid) + ["--threads", str(args.threads), "--out", out]
+    cmd = command(script, flags, seed, args, cid, arm) + ["--threads", str(args.threads), "--out",
+                                                         out]
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     name = os.path.relpath(out, args.out).replace(os.sep, "-")
     lab.run_script(name, cmd, out, os.path.join(args.out, "logs"))
     return out
 
 
-def command(script: str, flags: list[str], seed: int, args, cid: str = "") -> list[str]:
-    """An arm's command from the start model with this seed (its --quick or --paper-settings
-    flags last: they win)."""
+def command(script: str, flags: list[str], seed: int, args, cid: str = "",
+            arm: str = "") -> list[str]:
+    """An arm's command from the start model with this seed (its --quick, --paper-settings or
+    --real-cpu flags last: they win)."""
     extra = list(QUICK.get(script, [])) if args.quick else []  # a copy: += below
     if getattr(args, "paper_settings", False):
         extra += PAPER_SETTINGS.get(cid, {}).get(script, [])
+    if getattr(args, "real_cpu", False):
+        extra += real_cpu_flags(script, flags, cid, arm)
     return [sys.executable, script, "--model", args.sft, "--seed", str(seed), *flags, *extra]
+
+
+def show_lr(lr: float) -> str:
+    """An lr as the commands write it: 3 significant digits, "1e-5" (not "1e-05")."""
+    return f"{lr:.3g}".replace("e-0", "e-")
+
+
+def real_lr(script: str, flags: list[str], role: str) -> str | None:
+    """--real-cpu's lr of an arm (REAL_CPU["lr"]): the lr it runs at on tiny (its last --lr, else
+    [CR]'s 1e-4 for topr.py's --report-variant, else the script's tiny default: the main lr) times
+    its script's factor; None for a paper-setting arm, which keeps the paper's own lr."""
+    if role == "paper-setting" or script not in REAL_CPU["lr"]:
+        return None
+    tiny, real = REAL_CPU["lr"][script]
+    given = [flags[i + 1] for i, x in enumerate(flags[:-1]) if x == "--lr"]
+    lr = float(given[-1]) if given else topr.DEFAULTS["lr"][2] if (
+        script == "topr.py" and "--report-variant" in flags) else tiny
+    return show_lr(lr * real / tiny)
+
+
+def real_cpu_flags(script: str, flags: list[str], cid: str, arm: str = "") -> list[str]:
+    """--real-cpu's flags after an arm's own (common.toml's [real_cpu]): every arm's, its
+    script's, its claim's and its own ("claim/arm"; an arm sharing another claim's runs takes
+    that arm's, so the command stays one), then its lr (real_lr); POOL's run its own last."""
+    out = REAL_CPU["flags"] + REAL_CPU["scripts"].get(script, [])
+    if cid == "pool":
+        return out + REAL_CPU["pool"]["flags"] + ["--lr", real_lr(script, flags, "paper")]
+    where = CLAIMS[cid].get("shared", {}).get(arm, f"{cid}/{arm}")
+    out = out + REAL_CPU["claims"].get(where.split("/")[0], []) + REAL_CPU["claims"].get(where, [])
+    lr = real_lr(script, flags, CLAIMS[cid]["arms"][arm].role)
+    return out + (["--lr", lr] if lr else [])
 
 
 def dry_run(ids: list[str], args) -> list[str]:
     """Every arm's command of these claims for every seed, run from the repository, nothing run;
     {pool} and the like name the files a run composes first (pool_files, spo_offline)."""
-    lines = []
+    lines = real_cpu_header(ids, args) if getattr(args, "real_cpu", False) else []
     if any(x.startswith(("{pool", "{pos", "{d")) for cid in ids
            for arm in CLAIMS[cid]["arms"].values() for x in arm.flags):
         lines += ["# POOL, first: the start model's samples, one file a seed (pool_files)"]
@@ -133,9 +171,94 @@ def dry_run(ids: list[str], args) -> list[str]:
             shared = CLAIMS[cid].get("shared", {}).get(name)
             lines += [f"# {cid} / {name} ({label(arm)})"
                       + (f": the runs of {shared}" if shared else "")]
-            lines += [" ".join(["python", *command(arm.script, arm.flags, s, args, cid)[1:]])
+            lines += [" ".join(["python", *command(arm.script, arm.flags, s, args, cid,
+                                                   name)[1:]])
                       for s in args.seeds]
     return lines
+
+
+def real_cpu_header(ids: list[str], args) -> list[str]:
+    """--real-cpu's dry run opens with its sizing, the lr scaling, the claims left out and each
+    claim's estimated minutes (real_cpu_minutes), cheapest first."""
+    lrs = ", ".join(f"{script} {show_lr(a)} -> {show_lr(b)} (x {b / a:.3g})"
+                    for script, (a, b) in REAL_CPU["lr"].items())
+    cost = sorted((real_cpu_minutes(cid, args), cid) for cid in ids)
+    pool = REAL_CPU["pool"]["flags"]
+    text = [f"--real-cpu: sized for {REAL_CPU['scale']}. Every arm: "
+            f"`{' '.join(REAL_CPU['flags'])}`; POOL {pool[pool.index('--prompts') + 1]} prompts x "
+            f"8, its mixes {REAL_CPU['pool']['mix']} samples at most; 24 steps of 32 samples for "
+            "rloo.py, agro.py and spo.py; 32 samples a step for topr.py (common.toml's [real_cpu]).",
+            f"lr scaled per script, tiny's main lr -> SmolLM2's measured one, the same factor for "
+            f"every arm of a script: {lrs}. Paper-setting arms keep the paper's lr, unscaled.",
+            "Not run at this scale: " + "; ".join(f"{c} ({why})" for c, why in
+                                                  REAL_CPU["not_run"].items()) + ".",
+            f"Estimated minutes a claim, {len(args.seeds)} seed(s), one run at a time on 2 cores "
+            "(its arms' steps, evaluations and sampling, shared runs and POOL included; common."
+            "toml's [real_cpu.cost]), cheapest first: "
+            + ", ".join(f"{cid} {m:.0f}" for m, cid in cost) + "."]
+    return ["# " + line for t in text for line in textwrap.wrap(t, 98, break_on_hyphens=False)]
+
+
+def flag_of(flags: list[str], name: str, default=None):
+    """The last value of --name in a command's flags (later flags win), else default."""
+    given = [flags[i + 1] for i, x in enumerate(flags[:-1]) if x == f"--{name}"]
+    return given[-1] if given else default
+
+
+def real_cpu_minutes(cid: str, args) -> float:
+    """A claim's estimated minutes under --real-cpu for args.seeds, one run at a time on 2 cores:
+    each arm's optimizer steps x its script's seconds a step, its evaluations (and KL measured at
+    each where beta > 0), its sampling; POOL once a seed; the final evaluations (REAL_CPU["cost"],
+    from docs/REAL-MODEL.md). A rough figure, from the flags alone."""
+    c, total = REAL_CPU["cost"], 0.0
+    p = c["positives"]  # the start model's share of correct samples
+    pool_n = 8 * int(flag_of(REAL_CPU["pool"]["flags"], "prompts"))
+    mix = min(REAL_CPU["pool"]["mix"], 2 * p * pool_n)
+    data = {"{pool}": pool_n, "{pos}": p * pool_n, "{d10}": mix, "{d50}": mix, "{d10n3}": mix,
+            "{d67}": p * pool_n / 0.67}
+    arms = CLAIMS[cid]["arms"]
+    for name, arm in arms.items():
+        f = command(arm.script, arm.flags, 0, args, cid, name)[6:]
+        steps, sampled, beta = 0, 0, float(flag_of(f, "beta", 0) or 0)
+        if arm.script == "topr.py":
+            report = flag_of(f, "report-variant")
+            iterations = int(flag_of(f, "iterations", 2 if report == "A+B" else 1 if report
+                                     else topr.DEFAULTS["iterations"][1]))
+            group = int(flag_of(f, "group-size", 1 if report else 8))
+            epochs = int(flag_of(f, "epochs", 2 if report else 1))
+            keep = int(flag_of(f, "keep", 0 if report else 1000))
+            batch = int(flag_of(f, "batch-size", 64))
+            for it in range(iterations):
+                if it == 0 and flag_of(f, "data") in data:
+                    n = data[flag_of(f, "data")]
+                else:
+                    n = int(flag_of(f, "prompts", 1000 if report else 500)) * group
+                    sampled += n
+                n = min(n, keep) if keep else n
+                steps += epochs * math.ceil(n / batch)
+        else:
+            steps = int(flag_of(f, "steps"))
+            if arm.script == "agro.py" and flag_of(f, "mode") == "offpolicy":
+                sampled += int(flag_of(f, "offline-prompts")) * int(flag_of(f, "group-size"))
+                beta = float(flag_of(f, "beta", 0.3))
+            elif arm.script == "agro.py":
+                beta = float(flag_of(f, "beta", 0.05))
+            if arm.script == "spo.py":
+                sampled += int(flag_of(f, "train-size")) * int(flag_of(f, "q0-samples"))
+                if "{offline}" in arm.flags:  # spo_offline: 8 samples a problem, 3 models
+                    sampled += 3 * 8 * int(flag_of(f, "train-size"))
+        every = int(flag_of(f, "eval-every", 0))
+        evals = 1 + (math.ceil(steps / every) if every else 1)
+        kl = c["kl_eval_min"] if arm.script in ("rloo.py", "agro.py") and beta > 0 else 0
+        total += steps * c["step_s"][arm.script] / 60 + evals * (c["eval_min"] + kl) \
+            + sampled * c["sample_s"] / 60
+    if any(x.startswith(("{pool", "{pos", "{d")) for arm in arms.values() for x in arm.flags):
+        total += pool_n * c["sample_s"] / 60
+    kind = CLAIMS[cid].get("evaluate")
+    if kind:  # the start model's and every arm's model
+        k = REAL_CPU["spo_eval_k"] if kind == "spo" else 8
+        total += (1 + len(arms)) * REAL_CPU["final_eval_size"] * k * c["sample_s"] / 60
+    return total * len(args.seeds)
 
 
 def run_dir(cid: str, arm: str, seed: int, args) -> str:
@@ -1034,17 +1157,31 @@ def main(argv=None):
                    help="print every arm's command for every seed, run nothing")
     p.add_argument("--paper-settings", action="store_true", help="the papers' lr, lengths and "
                    "Q0 samples where known (PAPER_SETTINGS): for a GPU and a real --sft model")
+    p.add_argument("--real-cpu", action="store_true", help="sized for SmolLM2-135M-Instruct on 2 "
+                   "CPU cores (common.toml's [real_cpu]): 3-number puzzles, short budgets, lr "
+                   "scaled per script; its own --out, --doc and results, no README line")
     p.add_argument("--render-only", action="store_true",
                    help="run nothing: rebuild --doc from the result.json files under --out")
     p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
     p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads a run")
     p.add_argument("--out", default=None, help="folder of the runs and result.json files "
-                   "(default: runs/claims, runs/claims-quick with --quick)")
+                   "(default: runs/claims, runs/claims-quick with --quick, runs/claims-real-cpu "
+                   "with --real-cpu)")
     p.add_argument("--doc", default=None, help="the generated table, its plots beside it "
-                   "(default: docs/CLAIMS.md, OUT/CLAIMS.md with --quick)")
+                   "(default: docs/CLAIMS.md, OUT/CLAIMS.md with --quick, "
+                   "docs/CLAIMS-real-cpu.md with --real-cpu)")
     p.add_argument("--readme", default=None, help="README whose claims line is replaced ('' to "
                    "leave it alone; default: README.md, none with --quick)")
     args = p.parse_args(argv)
+    if args.real_cpu and (args.quick or args.paper_settings):  # one line, as argparse exits: 2
+        print(f"claims.py: --real-cpu cannot go with --{'quick' if args.quick else 'paper-settings'}"
+              ": it has its own budgets and keeps the papers' lr in its paper-setting arms",
+              file=sys.stderr)
+        raise SystemExit(2)
+    if args.real_cpu:  # its own runs, doc and results: the tiny ones are never touched
+        args.out = args.out or os.path.join(ROOT, REAL_CPU["out"])
+        args.doc = args.doc or os.path.join(ROOT, REAL_CPU["doc"])
+        args.readme = "" if args.readme is None else args.readme
     if args.out is None:  # a smoke run writes nothing of the project's; from any folder
         args.out = os.path.join(ROOT, "runs", "claims-quick" if args.quick else "claims")
     if args.doc is None:
@@ -1052,12 +1189,14 @@ def main(argv=None):
             os.path.join(ROOT, "docs", "CLAIMS.md")
     if args.readme is None:
         args.readme = "" if args.quick else os.path.join(ROOT, "README.md")
-    ids = [c for c in CLAIMS if CLAIMS[c].get("runs", True)] if args.claims == ["all"] else \
-        args.claims
+    ids = [c for c in CLAIMS if CLAIMS[c].get("runs", True) and not (
+        args.real_cpu and c in REAL_CPU["not_run"])] if args.claims == ["all"] else args.claims
     if unknown := [c for c in ids if c not in CLAIMS]:
         p.error(f"unknown claim {unknown[0]!r}; choose from: all, {', '.join(CLAIMS)}")
     if unrun := [c for c in ids if not CLAIMS[c].get("runs", True)]:
         p.error(f"{unrun[0]} is not run here: {CLAIMS[unrun[0]]['why']}")
+    if args.real_cpu and (unrun := [c for c in ids if c in REAL_CPU["not_run"]]):
+        p.error(f"{unrun[0]} is not run with --real-cpu: {REAL_CPU['not_run'][unrun[0]]}")
     if args.dry_run:  # any start model the scripts take: `smollm2`, a hub id, a folder
         print("\n".join(dry_run(ids, args)))
         return
