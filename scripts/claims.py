@@ -178,25 +178,9 @@ def dry_run(ids: list[str], args) -> list[str]:
 
 
 def real_cpu_header(ids: list[str], args) -> list[str]:
-    """--real-cpu's dry run opens with its sizing, the lr scaling, the claims left out and each
-    claim's estimated minutes (real_cpu_minutes), cheapest first."""
-    lrs = ", ".join(f"{script} {show_lr(a)} -> {show_lr(b)} (x {b / a:.3g})"
-                    for script, (a, b) in REAL_CPU["lr"].items())
-    cost = sorted((real_cpu_minutes(cid, args), cid) for cid in ids)
-    pool = REAL_CPU["pool"]["flags"]
-    text = [f"--real-cpu: sized for {REAL_CPU['scale']}. Every arm: "
-            f"`{' '.join(REAL_CPU['flags'])}`; POOL {pool[pool.index('--prompts') + 1]} prompts x "
-            f"8, its mixes {REAL_CPU['pool']['mix']} samples at most; 24 steps of 32 samples for "
-            "rloo.py, agro.py and spo.py; 32 samples a step for topr.py (common.toml's [real_cpu]).",
-            f"lr scaled per script, tiny's main lr -> SmolLM2's measured one, the same factor for "
-            f"every arm of a script: {lrs}. Paper-setting arms keep the paper's lr, unscaled.",
-            "Not run at this scale: " + "; ".join(f"{c} ({why})" for c, why in
-                                                  REAL_CPU["not_run"].items()) + ".",
-            f"Estimated minutes a claim, {len(args.seeds)} seed(s), one run at a time on 2 cores "
-            "(its arms' steps, evaluations and sampling, shared runs and POOL included; common."
-            "toml's [real_cpu.cost]), cheapest first: "
-            + ", ".join(f"{cid} {m:.0f}" for m, cid in cost) + "."]
-    return ["# " + line for t in text for line in textwrap.wrap(t, 98, break_on_hyphens=False)]
+    """--real-cpu's dry run opens with real_cpu_text, as comments within 100 columns."""
+    return ["# " + line for t in real_cpu_text(ids, args)
+            for line in textwrap.wrap(t, 98, break_on_hyphens=False)]
 
 
 def flag_of(flags: list[str], name: str, default=None):
@@ -261,6 +245,16 @@ def real_cpu_minutes(cid: str, args) -> float:
     return total * len(args.seeds)
 
 
+def real(args) -> bool:
+    """Whether these are --real-cpu's runs (an older args without the flag: not)."""
+    return getattr(args, "real_cpu", False)
+
+
+def sizes_of(args) -> tuple[int, ...]:
+    """The puzzle sizes the arms train and evaluate on: --real-cpu's, else SIZES."""
+    return tuple(REAL_CPU["sizes"]) if real(args) else SIZES
+
+
 def run_dir(cid: str, arm: str, seed: int, args) -> str:
     """An arm's run folder; an arm identical to another claim's shares that claim's runs."""
     return os.path.join(args.out, CLAIMS[cid].get("shared", {}).get(arm, f"{cid}/{arm}")
@@ -283,6 +277,8 @@ def pool_files(seed: int, args) -> dict:
     good = [r for r, c in zip(rows, ok) if c]
     bad = [r for r, c in zip(rows, ok) if not c]
     n = min(N_MIX, len(rows) // 8) if args.quick else N_MIX
+    if real(args):  # a small pool: the 50% mix can hold no more than twice its positives
+        n = min(REAL_CPU["pool"]["mix"], 2 * len(good))
     rng = random.Random(seed)
     parts = {"pos": good}
     for p in (10, 50):
@@ -315,7 +311,10 @@ def spo_offline(seed: int, claim_dir: str, args) -> dict:
                             ("ppo", f"{claim_dir}/ppo-s{seed}/final")]:
             part = os.path.join(claim_dir, f"offline-{name}-s{seed}.jsonl")
             if not os.path.exists(part):
-                quick = ["--train-size", "16"] if args.quick else []
+                quick = ["--train-size", "16"] if args.quick else [
+                    x for flag in ("train-size", "sizes", "max-new-tokens") for x in (
+                        f"--{flag}", flag_of(REAL_CPU["flags"] + REAL_CPU["scripts"]["spo.py"],
+                                             flag))] if real(args) else []
                 subprocess.run(
                     [sys.executable, "scripts/spo_offline_data.py", "--model", model, "--out",
                      part, "--correct-only", "--seed", str(seed), "--threads",
@@ -332,20 +331,22 @@ def spo_offline(seed: int, claim_dir: str, args) -> dict:
     return {"offline": path, "q0": os.path.join(claim_dir, f"spo-s{seed}", "q0.jsonl")}
 
 
-def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads: int) -> dict:
+def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads: int,
+               sizes: tuple = SIZES, tokens: int | None = None) -> dict:
     """Correct answers out of k a held-out problem (the runs' problems of this seed) and the mean
-    reward of every variant, under one decoding; in a fresh process (torch state)."""
+    reward of every variant (one a size, in `sizes`' order), under one decoding, at most `tokens`
+    new tokens (None: lab.eval_tokens); in a fresh process (torch state)."""
     started = time.time()
     common.setup(seed, threads)
     task = get_task("countdown")
     m, tok = common.load_model(model)
     engine = common.make_engine("auto", m, tok, model, seed=seed)
     out = {"correct": [], "rewards": {}}
-    for n in SIZES:
+    for n in sizes:
         problems = task.get_problems("test", size, size=n, seed=seed)
         prompts = common.encode_prompts(task, problems, tok, common.prompt_style(m, tok))
-        groups = engine.generate(prompts, common.SamplingConfig(k, lab.eval_tokens(m), seed=seed,
-                                                                **decoding))
+        groups = engine.generate(prompts, common.SamplingConfig(k, tokens or lab.eval_tokens(m),
+                                                                seed=seed, **decoding))
         out["correct"] += [sum(task.is_correct(p, s.text) for s in g)
                            for p, g in zip(problems, groups)]
         scores = scoring.score(task, problems, groups, "sampled", all_rewards=True)
@@ -357,42 +358,53 @@ def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads
 
 def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) -> list[dict]:
     """final_eval of (model, cache file, seed) each, kept in its cache file."""
-    size = 20 if args.quick else 200
+    size = 20 if args.quick else REAL_CPU["final_eval_size"] if real(args) else 200
+    sizes, tokens = sizes_of(args), (int(flag_of(REAL_CPU["flags"], "max-new-tokens"))
+                                     if real(args) else None)
     missing = [(m, c, s) for m, c, s in todo if not os.path.exists(c)]
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
         for (_, cache, _), r in zip(missing, pool.map(
-                final_eval, *zip(*[(m, s, k, decoding, size, args.threads)
+                final_eval, *zip(*[(m, s, k, decoding, size, args.threads, sizes, tokens)
                                    for m, _, s in missing]))):
             lab.write_json(cache, r)
     return [lab.read_json(c) for _, c, _ in todo]
 
 
 # ---- What each run is worth ----------------------------------------------------------------------
+def eval_sizes(row: dict) -> tuple[int, ...]:
+    """The puzzle sizes an evaluation row of metrics.jsonl holds ("eval3/sampled/accuracy"...),
+    smallest first: (3, 4) for the tiny runs, (3,) for --real-cpu's."""
+    return tuple(sorted(int(m.group(1)) for key in row
+                        if (m := re.fullmatch(r"eval(\d+)/sampled/accuracy", key))))
+
+
 def acc(row: dict) -> float:
-    """Held-out accuracy at T = 1 over both sizes (the runs' own evaluation), in %."""
-    return 100 * statistics.mean(row[f"eval{n}/sampled/accuracy"] for n in SIZES)
+    """Held-out accuracy at T = 1 over the sizes the run evaluated (its own evaluation), in %."""
+    return 100 * statistics.mean(row[f"eval{n}/sampled/accuracy"] for n in eval_sizes(row))
 
 
 def figures(out: str) -> dict:
-    """A run's curve (step, acc, format rate, pass@k) and its summary figures."""
+    """A run's curve (step, acc, format rate, pass@k) and its summary figures, over the sizes it
+    evaluated (read from its metrics, not assumed)."""
     with open(os.path.join(out, "metrics.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    evals = [r for r in rows if f"eval{SIZES[0]}/sampled/accuracy" in r]
+    evals = [r for r in rows if eval_sizes(r)]
+    sizes = eval_sizes(evals[-1])
     train = [r for r in rows if "loss" in r]
-    pk = next(key for key in evals[-1] if key.startswith(f"eval{SIZES[0]}/pass@"))[6:]
+    pk = next(key for key in evals[-1] if key.startswith(f"eval{sizes[0]}/pass@"))[6:]
     curve = [{"step": e["step"], "acc": acc(e),
-              **{f"acc{n}": 100 * e[f"eval{n}/sampled/accuracy"] for n in SIZES},
-              "format": 100 * statistics.mean(e[f"eval{n}/sampled/format_rate"] for n in SIZES),
-              "pass": 100 * statistics.mean(e[f"eval{n}/{pk}"] for n in SIZES)} for e in evals]
+              **{f"acc{n}": 100 * e[f"eval{n}/sampled/accuracy"] for n in sizes},
+              "format": 100 * statistics.mean(e[f"eval{n}/sampled/format_rate"] for n in sizes),
+              "pass": 100 * statistics.mean(e[f"eval{n}/{pk}"] for n in sizes)} for e in evals]
     kls = [(r["step"], r["kl_to_ref"]) for r in train if "kl_to_ref" in r]
     kl = [k for _, k in kls[-10:]]
     for last, point in zip([-1] + [c["step"] for c in curve], curve):  # batches since the last
         since = [k for step, k in kls if last < step <= point["step"]]
         point["kl"] = statistics.mean(since) if since else 0.0  # step 0: the start model itself
     return {"curve": curve, "start": curve[0]["acc"], "acc": curve[-1]["acc"],
-            **{f"acc{n}": curve[-1][f"acc{n}"] for n in SIZES},
-            **{f"start{n}": curve[0][f"acc{n}"] for n in SIZES},
+            **{f"acc{n}": curve[-1][f"acc{n}"] for n in sizes},
+            **{f"start{n}": curve[0][f"acc{n}"] for n in sizes},
             "pass": curve[-1]["pass"], "format": curve[-1]["format"],
             "peak": max(c["acc"] for c in curve), "steps": rows[-1]["step"],
             "area": statistics.mean(c["acc"] for c in curve[1:]) if len(curve) > 1 else math.nan,
@@ -426,7 +438,7 @@ def run_claim(cid: str, args) -> dict:
             for s in args.seeds:
                 files[s].update(spo_offline(s, claim_dir, args))
         jobs = [(claim["arms"][a].script, [x.format(**files[s]) for x in claim["arms"][a].flags],
-                 run_dir(cid, a, s, args), s, args, cid)
+                 run_dir(cid, a, s, args), s, args, cid, a)
                 for a in stage for s in args.seeds]
         side_by_side(run, jobs, args.jobs)
     m = {s: {a: figures(run_dir(cid, a, s, args)) for a in claim["arms"]}
@@ -436,8 +448,8 @@ def run_claim(cid: str, args) -> dict:
     kind = claim.get("evaluate")  # a final evaluation of every arm's model, in its run folder
     if kind:  # spo: pass@1 and pass@10 from 20 samples at T = 0.4, top-p 0.95; cr: the mean
         # reward_original of 8 samples at T = 0.15, top-p 0.9, top-k 30
-        k, decoding = ((4 if args.quick else 20), SPO_EVAL) if kind == "spo" else \
-            (8, compare.REPORT_DECODING)
+        k, decoding = ((4 if args.quick else REAL_CPU["spo_eval_k"] if real(args) else 20),
+                       SPO_EVAL) if kind == "spo" else (8, compare.REPORT_DECODING)
         n = (2 if args.quick else 10)
         start = {s: os.path.join(claim_dir, f"start-eval-s{s}.json") for s in args.seeds}
         end = {(a, s): os.path.join(run_dir(cid, a, s, args), f"eval-{kind}.json")
@@ -453,11 +465,13 @@ def run_claim(cid: str, args) -> dict:
                                p10=pass_k(after["correct"], k, n),
                                p1_0=pass_k(before["correct"], k, 1),
                                p10_0=pass_k(before["correct"], k, n))
-            else:  # rewards["original"]: one mean a size, in SIZES' order
+            else:  # rewards["original"]: one mean a size, in sizes_of(args)' order
                 m[s][a].update(score=statistics.mean(after["rewards"]["original"]),
-                               score0=statistics.mean(before["rewards"]["original"]),
-                               score4=after["rewards"]["original"][SIZES.index(4)],
-                               score4_0=before["rewards"]["original"][SIZES.index(4)])
+                               score0=statistics.mean(before["rewards"]["original"]))
+                if 4 in sizes_of(args):  # none with --real-cpu: 3-number puzzles only
+                    i = sizes_of(args).index(4)
+                    m[s][a].update(score4=after["rewards"]["original"][i],
+                                   score4_0=before["rewards"]["original"][i])
     contrasts = []
     for text, fn, *role in claim["contrasts"]:  # with a role: shown, not in the earlier verdict
         d = [fn(m[s]) for s in args.seeds]
@@ -474,10 +488,22 @@ def run_claim(cid: str, args) -> dict:
     result["minutes"] = minutes([result])  # the claim alone, its shared runs included
     result["verdict_minutes"] = minutes([verdict_runs(cid, result, args)])
     lab.write_json(os.path.join(claim_dir, "result.json"), result)
+    if real(args):  # --real-cpu's runs: what was scaled, kept apart from the tiny results
+        result.update(real_cpu=True, sizes=list(sizes_of(args)), commands={
+            a: [arm.script, *arm.flags, *real_cpu_flags(arm.script, arm.flags, cid, a)]
+            for a, arm in claim["arms"].items()})
     if not args.quick:  # kept in git: --render-only rebuilds the doc on a clean checkout
-        lab.write_json(os.path.join(ARCHIVE, f"{cid}.json"), result)
+        lab.write_json(os.path.join(archive(args), f"{cid}.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
     return result
+
+
+def archive(args) -> str:
+    """Where a claim's result is kept in git: ARCHIVE, or --real-cpu's own folder."""
+    if not real(args):
+        return ARCHIVE
+    os.makedirs(os.path.join(ROOT, REAL_CPU["archive"]), exist_ok=True)
+    return os.path.join(ROOT, REAL_CPU["archive"])
 
 
 def secondary(text: str, d: list[float], role, quick: bool = False) -> dict:
@@ -808,15 +834,16 @@ def plot(cid: str, r: dict, path: str) -> None:
 
 
 def write_doc(args) -> str:
-    """docs/CLAIMS.md from every OUT/<claim>/result.json, with docs/CLAIMS-notes.md appended."""
-    results = {}
-    for cid in CLAIMS:  # this --out's result, else the one kept in ARCHIVE
+    """docs/CLAIMS.md from every OUT/<claim>/result.json, with docs/CLAIMS-notes.md appended
+    (--real-cpu: its own doc, results and notes, DOC-notes.md; "not run yet" where none)."""
+    results, gone_here = {}, REAL_CPU["not_run"] if real(args) else {}
+    for cid in [c for c in CLAIMS if c not in gone_here]:  # this --out's, else the one kept
         for path in (os.path.join(args.out, cid, "result.json"),
-                     os.path.join(ARCHIVE, f"{cid}.json")):
+                     os.path.join(archive(args), f"{cid}.json")):
             if os.path.exists(path):
                 results[cid] = lab.read_json(path)
                 break
-    for cid in [c for c in CLAIMS if c not in results]:  # figures other claims' results hold
+    for cid in [c for c in CLAIMS if c not in results and c not in gone_here]:  # composed
         if (r := composed(cid, results)) is not None:
             results[cid] = r
     for cid, r in results.items():  # the rule applied to every result, older ones included
@@ -824,9 +851,10 @@ def write_doc(args) -> str:
         if "earlier_verdict" not in r and cid in EARLIER_CLAIMS:  # made under the earlier rule
             r["earlier_verdict"] = r["verdict"]
     earlier_path = os.path.join(ARCHIVE, f"earlier-{EARLIER}.json")
-    earlier = lab.read_json(earlier_path) if os.path.exists(earlier_path) else {"claims": {}}
+    earlier = lab.read_json(earlier_path) if os.path.exists(earlier_path) and not real(args) \
+        else {"claims": {}}  # the earlier runs are tiny's
     done = [r["primary"]["verdict"] for r in results.values()]
-    runnable = [cid for cid, c in CLAIMS.items() if c.get("runs", True)]
+    runnable = [cid for cid, c in CLAIMS.items() if c.get("runs", True) and cid not in gone_here]
     total = minutes(list(results.values()))
     own = minutes([verdict_runs(cid, r, args) for cid, r in results.items()])
     unprobed = [cid for cid, r in results.items() if not r["quick"] and any(  # --skip-probes
@@ -840,7 +868,7 @@ def write_doc(args) -> str:
     took = (f"{own:.0f} minutes for their verdicts and {total:.0f} with the probes ({once})"
             if not unprobed else f"{own:.0f} minutes ({once}; "
             f"the probes of {', '.join(unprobed)} not run again: --skip-probes)")
-    lines = [
+    lines = real_cpu_head(args, took, summary(done, len(runnable))) if real(args) else [
         "# The papers' claims in miniature", "",
         "<!-- generated by scripts/claims.py: edit docs/CLAIMS-notes.md or the script -->", "",
         f"Command: `python scripts/claims.py all --sft {lab.repo_relative(args.sft)}{skipped}"
@@ -861,14 +889,21 @@ def write_doc(args) -> str:
         f"**The scale of every verdict below: {SCALE}**, not the papers' models (8B; [CR]'s "
         "0.5B) or their data. Primary contrasts: "
         f"{summary(done, len(runnable))}; registered as not run here "
-        f"{len(CLAIMS) - len(runnable)}.", "",
-        "| claim | the paper says | what differs: the paper's -> ours | primary contrast: "
+        f"{len(CLAIMS) - len(runnable)}.", ""]
+    lines += [
+        "| claim | the paper says | what differs: the paper's -> ours "
+        + ("(tiny's; --real-cpu changes the model, budgets and lr: above) " if real(args) else "")
+        + "| primary contrast: "
         "mean d [95% interval] (per seed); delta, why | verdict | the rule of 1987642 |",
         "|---|---|---|---|---|---|"]
     for cid, claim in CLAIMS.items():
         r, digits = results.get(cid), claim.get("digits", 1)
         differs = "<br>".join(f"{knob}: {paper} -> {ours}"
                               for knob, paper, ours in departures(cid))
+        if cid in gone_here:  # --real-cpu: no counterpart at this scale
+            lines.append(f"| {claim['paper']} | {claim['says']} | {differs} | | not run at this "
+                         f"scale: {gone_here[cid]} | |")
+            continue
         if not claim.get("runs", True):
             lines.append(f"| {claim['paper']} | {claim['says']} | | | not run here: "
                          f"{claim['why']} | |")
@@ -891,7 +926,12 @@ def write_doc(args) -> str:
                      f"{verdict_text(p) if p else '**not run yet**'}"
                      + "".join(f"<br>added: {verdict_text(a)}" for a in added)
                      + f" | {'; '.join(then)} |")
-    lines += [""] + rates_table(results) + [""] + registration_paragraph()
+    lines += [""] + rates_table(results) + [""] + (
+        registration_paragraph() if not real(args) else [
+            "**Registration.** The claims, arms, primaries and deltas are the tiny registry's "
+            "(docs/CLAIMS.md says which primaries were chosen after the tiny results were seen); "
+            "--real-cpu changes only the budgets and the lr above, and none of its arms had run "
+            "when it was prepared.", ""])
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -905,8 +945,11 @@ def write_doc(args) -> str:
         if "composed_from" in r:  # no run of its own (composed)
             took = "no runs of its own: the figures are those of " + ", ".join(
                 f"{c}'s result (at {k})" for c, k in r["composed_from"].items())
+        ours = claim["ours"] if not real(args) else (
+            f"the tiny registry's, at --real-cpu's budgets and lr (the commands below): "
+            f"{claim['ours']}")
         lines += ["", f"## {cid}", "", f"**{claim['paper']}**: {claim['says']}.", "",
-                  f"The paper's setting: {claim['setting']}. Ours: {claim['ours']}; seeds "
+                  f"The paper's setting: {claim['setting']}. Ours: {ours}; seeds "
                   f"{', '.join(map(str, r['seeds']))}; {took}.", ""]
         if any(r["p"].values()):
             lines += ["Positives in POOL: " + ", ".join(f"{100 * p:.1f}% (seed {s})" for s, p
@@ -939,14 +982,14 @@ def write_doc(args) -> str:
                   + (f" (the rule of 1987642: {r['earlier_verdict']})" if "earlier_verdict" in r
                      else "") + "."]
         if claim["plot"]:
-            png = os.path.join(os.path.dirname(args.doc), f"CLAIMS-{cid}.png")
+            png = f"{args.doc[:-3]}-{cid}.png"  # docs/CLAIMS-<claim>.png beside docs/CLAIMS.md
             plot(cid, r, png)
             lines += ["", f"![{cid}]({os.path.basename(png)})"]
         if cid in earlier["claims"]:
             lines += [""] + earlier_section(cid, earlier)
         if cid in CONCLUDE:  # the section's last sentence: what the runs let a reader conclude
             lines += ["", f"**What to conclude.** {CONCLUDE[cid]}"]
-    notes = os.path.join(os.path.dirname(args.doc), "CLAIMS-notes.md")
+    notes = f"{args.doc[:-3]}-notes.md"  # docs/CLAIMS-notes.md beside docs/CLAIMS.md
     if os.path.exists(notes):
         lines += ["", open(notes).read().rstrip()]
     text = "\n".join(lines) + "\n"
@@ -974,6 +1017,53 @@ def write_doc(args) -> str:
                 f.write(new)
             os.replace(args.readme + ".tmp", args.readme)
     return text
+
+
+def real_cpu_text(ids: list[str], args) -> list[str]:
+    """--real-cpu's sizing, its lr scaling, the claims it leaves out and each claim's estimated
+    minutes (real_cpu_minutes), cheapest first: the dry run's header and the doc's."""
+    lrs = ", ".join(f"{script} {show_lr(a)} -> {show_lr(b)} (x {b / a:.3g})"
+                    for script, (a, b) in REAL_CPU["lr"].items())
+    cost = sorted((real_cpu_minutes(cid, args), cid) for cid in ids)
+    pool = REAL_CPU["pool"]["flags"]
+    return [f"--real-cpu: sized for {REAL_CPU['scale']}. Every arm: "
+            f"`{' '.join(REAL_CPU['flags'])}`; POOL {flag_of(pool, 'prompts')} prompts x 8, its "
+            f"mixes {REAL_CPU['pool']['mix']} samples at most; 24 steps of 32 samples for "
+            "rloo.py, agro.py and spo.py; 32 samples a step for topr.py (common.toml's "
+            "[real_cpu]).",
+            f"lr scaled per script, tiny's main lr -> SmolLM2's measured one, the same factor for "
+            f"every arm of a script: {lrs}. Paper-setting arms keep the paper's lr, unscaled.",
+            "Not run at this scale: " + "; ".join(f"{c} ({why})" for c, why in
+                                                  REAL_CPU["not_run"].items()) + ".",
+            f"Estimated minutes a claim, {len(args.seeds)} seed(s), one run at a time on 2 cores "
+            "(its arms' steps, evaluations and sampling, shared runs and POOL included; "
+            "common.toml's [real_cpu.cost]), cheapest first: "
+            + ", ".join(f"{cid} {m:.0f}" for m, cid in cost) + "."]
+
+
+def real_cpu_head(args, took: str, verdicts: str) -> list[str]:
+    """The opening of --real-cpu's doc: its command, what was sized and scaled, the rule."""
+    ids = [c for c, v in CLAIMS.items() if v.get("runs", True) and c not in REAL_CPU["not_run"]]
+    sft = lab.repo_relative(args.sft)
+    return [
+        "# The papers' claims at the real model's scale (SmolLM2-135M-Instruct, 2 CPU cores)", "",
+        "<!-- generated by scripts/claims.py --real-cpu: edit docs/CLAIMS-real-cpu-notes.md or "
+        "the script -->", "",
+        f"Command: `python scripts/claims.py all --sft {sft} --real-cpu`"
+        + (f" --seeds {','.join(map(str, args.seeds))}" if args.seeds != [0, 1, 2] else "")
+        + " (each claim alone: its id instead of `all`; `--dry-run` prints every command; "
+        "`--render-only` rebuilds this file from the runs' result.json, kept in "
+        f"{REAL_CPU['archive']}/). Commit {lab.commit()}, {lab.machine()}, "
+        f"{time.strftime('%Y-%m-%d')}; start model `{sft}` (sft.py's 40 steps on SmolLM2, "
+        f"docs/REAL-MODEL.md); the claims below took {took}.", "",
+        "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 100 "
+        "problems of 3 numbers (the runs' own evaluation, 4 samples a problem, at most 96 new "
+        "tokens), unless the claim names another metric. The tiny model's results are in "
+        "docs/CLAIMS.md; this file never reads them.", ""] + [
+        t.replace("--real-cpu: sized", "**What --real-cpu changes.** Sized") for t in
+        real_cpu_text(ids, args)[:3]] + ["", RULE, "", EARLIER_RULE, "",
+        f"**The scale of every verdict below: {REAL_CPU['scale']}.** Primary contrasts: "
+        f"{verdicts}.", ""]
 
 
 def registration(cid: str) -> str:
