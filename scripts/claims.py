@@ -1261,12 +1261,12 @@ def main(argv=None):
                    "(default: docs/CLAIMS.md, OUT/CLAIMS.md with --quick, "
                    "docs/CLAIMS-real-cpu.md with --real-cpu)")
     p.add_argument("--readme", default=None, help="README whose claims line is replaced ('' to "
-                   "leave it alone; default: README.md, none with --quick)")
+                   "leave it alone; default: README.md, none with --quick or --real-cpu)")
     args = p.parse_args(argv)
     if args.real_cpu and (args.quick or args.paper_settings):  # one line, as argparse exits: 2
-        print(f"claims.py: --real-cpu cannot go with --{'quick' if args.quick else 'paper-settings'}"
-              ": it has its own budgets and keeps the papers' lr in its paper-setting arms",
-              file=sys.stderr)
+        other = "--quick" if args.quick else "--paper-settings"
+        print(f"claims.py: --real-cpu cannot go with {other}: it has its own budgets and keeps "
+              "the papers' lr in its paper-setting arms", file=sys.stderr)
         raise SystemExit(2)
     if args.real_cpu:  # its own runs, doc and results: the tiny ones are never touched
         args.out = args.out or os.path.join(ROOT, REAL_CPU["out"])

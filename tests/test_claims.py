@@ -662,3 +662,103 @@ def test_quick_with_the_papers_settings_adds_each_flag_once_a_command(capsys):
                  "--seeds", "0,1,2"])
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("python")]
     assert len(commands) == 6 and all(c.count("--max-new-tokens 512") == 1 for c in commands)
+
+
+# ---- --real-cpu: the same claims sized for SmolLM2 on 2 cores (issue 70, goal 6) ---------------
+def real_cpu_commands(capsys, seeds="0"):
+    """(claim, script, flags) of every command `claims.py all --real-cpu --dry-run` prints."""
+    claims.main(["all", "--sft", "smollm2", "--real-cpu", "--dry-run", "--seeds", seeds])
+    commands, cid = [], None
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("# ") and " / " in line.split("(")[0]:  # "# CLAIM / ARM (role)"
+            cid = line[2:].split(" / ")[0]
+        elif line.startswith("# POOL"):
+            cid = "pool"
+        elif line.startswith("python"):
+            commands.append((cid, *line.split()[1:]))
+    return commands
+
+
+def test_every_real_cpu_command_evaluates_100_three_number_problems_and_parses(capsys):
+    """Every arm's command under --real-cpu trains and evaluates 3-number puzzles only, 100
+    held-out problems with 4 samples each, at most 96 new tokens (POOL's run: 1 problem, 1
+    sample: it only draws), and is one its script's own parser takes; cr-table2 is left out."""
+    import importlib
+    commands = real_cpu_commands(capsys)
+    ids = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)
+           and c not in claims.REAL_CPU["not_run"]]
+    assert {c for c, *_ in commands} == set(ids) | {"pool"} and "cr-table2" not in ids
+    assert len(commands) == 1 + sum(len(claims.CLAIMS[c]["arms"]) for c in ids)
+    for cid, script, *flags in commands:
+        parser, args = importlib.import_module(script[:-3]).parse_args(flags)
+        assert (args.task, args.sizes, args.eval_sizes, args.max_new_tokens) == (
+            "countdown", [3], [3], 96), (cid, flags)
+        assert (args.eval_size, args.eval_k) == ((1, 1) if cid == "pool" else (100, 4)), cid
+        assert args.lr is not None and args.lr <= 2e-5, (cid, args.lr)  # never tiny's
+
+
+def real_cpu_lr(cid: str, arm: str) -> float:
+    a = claims.CLAIMS[cid]["arms"][arm]
+    args = argparse.Namespace(quick=False, paper_settings=False, real_cpu=True, sft="S")
+    flags = claims.command(a.script, a.flags, 0, args, cid, arm)
+    return float([flags[i + 1] for i, x in enumerate(flags) if x == "--lr"][-1])
+
+
+def test_a_paper_setting_arm_keeps_the_papers_lr_under_real_cpu():
+    """[TOPR] §4.2's 5e-7 and [SPO] §5's 6e-8 are already a real model's lr: not scaled."""
+    assert real_cpu_lr("topr-fig1", "topr-lr5e-7") == 5e-7
+    assert real_cpu_lr("spo-fig1", "spo-lr6e-8") == 6e-8
+    assert real_cpu_lr("topr-fig1", "topr") == 1e-5  # the main arm: tiny's 5e-5 scaled
+
+
+def test_real_cpu_keeps_the_lr_ratio_between_a_claims_arms_and_maps_each_main_lr():
+    """One factor a script: topr-fig5's 5e-5 and 1e-5 arms stay 5x apart (1e-5, 2e-6), an arm
+    with no --lr (topr-fig8: tiny's default) gets the main lr's image, and each script's tiny lr
+    in common.toml is its DEFAULTS' tiny value."""
+    import importlib
+    main, fifth = real_cpu_lr("topr-fig5", "p10-pt10"), real_cpu_lr("topr-fig5", "lr1e-5-p10-pt10")
+    assert main / fifth == pytest.approx(5.0) and (main, fifth) == (1e-5, 2e-6)
+    assert real_cpu_lr("topr-fig8", "ak") == 1e-5
+    assert real_cpu_lr("agro-fig2", "rloo") == real_cpu_lr("agro-fig2", "agro-l0") == 3e-6
+    for script, (tiny, real) in claims.REAL_CPU["lr"].items():
+        assert importlib.import_module(script[:-3]).DEFAULTS["lr"][0] == tiny > real
+
+
+@pytest.mark.parametrize("other", ["--quick", "--paper-settings"])
+def test_real_cpu_with_quick_or_the_papers_settings_is_one_line_and_exit_2(other, capsys):
+    with pytest.raises(SystemExit) as e:
+        claims.main(["all", "--sft", "S", "--real-cpu", other, "--dry-run"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and other in err
+
+
+def test_figures_read_a_run_that_evaluated_only_3_number_puzzles(tmp_path):
+    """A --real-cpu run logs eval3/... alone: figures() and acc() take the sizes from its metrics
+    (mean over size 3 only, no acc4) instead of assuming 3 and 4."""
+    def ev(step, acc):
+        return {"step": step, "eval3/sampled/accuracy": acc, "eval3/sampled/format_rate": 0.9,
+                "eval3/pass@4": 2 * acc}
+    rows = [ev(0, 0.11), {"step": 1, "loss": 0.5, "reward": -0.8, "kl_to_ref": 0.01},
+            {"step": 2, "loss": 0.4, "reward": -0.6, "kl_to_ref": 0.02}, ev(2, 0.2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    f = claims.figures(str(tmp_path))
+    assert (f["start"], f["acc"], f["acc3"], f["start3"]) == pytest.approx((11.0, 20.0, 20.0, 11.0))
+    assert "acc4" not in f and f["pass"] == pytest.approx(40.0) and f["steps"] == 2
+    assert [c["step"] for c in f["curve"]] == [0, 2] and f["kl"] == pytest.approx(0.015)
+    assert claims.acc(ev(0, 0.3)) == pytest.approx(30.0)
+
+
+def test_the_real_cpu_doc_renders_not_run_for_every_claim_with_no_results(tmp_path, monkeypatch):
+    """No result anywhere: every runnable claim's row says "not run yet", cr-table2 "not run at
+    this scale", and nothing of the tiny results (docs/claims/*.json) is read."""
+    monkeypatch.setitem(claims.REAL_CPU, "archive", str(tmp_path / "archive"))
+    doc = tmp_path / "CLAIMS-real-cpu.md"
+    claims.main(["all", "--sft", "S", "--real-cpu", "--render-only", "--out",
+                 str(tmp_path / "runs"), "--doc", str(doc)])
+    text = doc.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| [[")]  # a claim run here
+    ids = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
+    assert len(rows) == len(ids) - 1 and all("**not run yet**" in r for r in rows)
+    assert [line for line in text.splitlines() if line.startswith("| [CR] Table 2 |")][0].count(
+        "not run at this scale: its primary compares mean reward on 4-number puzzles") == 1
+    assert "The earlier runs" not in doc.read_text()
