@@ -4,6 +4,7 @@ a verdict by one rule; writes docs/CLAIMS.md and its plots (docs/CLAIMS-<claim>.
     python scripts/claims.py all --sft runs/sft-countdown/final        # every claim, 2 cores
     python scripts/claims.py topr-fig5 --sft runs/sft-countdown/final  # one claim
     python scripts/claims.py all --quick --sft runs/sft-countdown/final   # smoke run, ~8 min
+    python scripts/claims.py all --sft runs/real-model/sft/final --real-cpu --dry-run  # SmolLM2
 
 Every arm is one command of an algorithm script from the --sft model with --seed s; --jobs runs
 side by side, one torch thread each (fixed steps, so the figures do not depend on the clock), run
