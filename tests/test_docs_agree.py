@@ -150,8 +150,13 @@ def test_claims_verdicts_in_the_doc_and_the_readme_are_the_archived_results():
             rows[m.group(1)] = re.findall(r"\| \*\*([^*]+)\*\*", line)[-1]
     runnable = [c for c, v in claims.CLAIMS.items() if v.get("runs", True)]
     assert sorted(rows) == sorted(runnable)
-    for cid in runnable:
-        r = json.load(open(os.path.join(ROOT, "docs", "claims", f"{cid}.json")))
+    kept = {f[:-5]: json.load(open(os.path.join(ROOT, "docs", "claims", f)))
+            for f in os.listdir(os.path.join(ROOT, "docs", "claims")) if f.endswith(".json")}
+    for cid in runnable:  # a claim made of other claims' runs: its result composed from theirs
+        r = kept[cid] if cid in kept else claims.composed(cid, kept)
+        if r is None:  # registered, its runs still to come
+            assert rows[cid] == "not run yet", cid
+            continue
         assert rows[cid] == claims.primary_of(cid, r)["verdict"], cid
         assert rows[cid] in claims.VERDICTS, cid
     for cid in claims.UNTESTABLE:  # the ceiling, the collapsed arm (agro-fig4's comparator)
@@ -159,7 +164,7 @@ def test_claims_verdicts_in_the_doc_and_the_readme_are_the_archived_results():
     scale = "a 1M-parameter character model on Countdown, lr 100x [TOPR]'s and 1,000x [SPO]'s"
     line = readme[readme.index("<!-- claims:start -->"):readme.index("<!-- claims:end -->")]
     assert line.split("\n")[1].startswith(f"At the scale of {scale}")
-    counts = claims.summary(list(rows.values()), len(runnable))
+    counts = claims.summary([v for v in rows.values() if v != "not run yet"], len(runnable))
     line = " ".join(line.split())  # the block is wrapped at 100 columns
     assert "one primary contrast per claim, judged by the mean over" in line
     assert f"95% interval: {counts}, and" in line
