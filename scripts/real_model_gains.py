@@ -37,6 +37,7 @@ SIZE = 3  # 3-number Countdown: where the start model earns reward
 # and 4 samples at T = 1 each, at step 0 and at the end only), the completion budget.
 EVAL = ["--task", "countdown", "--sizes", str(SIZE), "--eval-sizes", str(SIZE),
         "--eval-size", "100", "--eval-k", "4", "--max-new-tokens", "96"]
+START_LR = 2e-5  # sft.py's lr for a pretrained model (its DEFAULTS), the start model's
 START_CMD = ["sft.py", *EVAL, "--model", "smollm2", "--steps", "40", "--batch-size", "8",
              "--warmup", "5", "--eval-every", "40", "--seed", "0"]
 # Each arm: 24 optimizer steps of 32 sampled completions (8 prompts x 4), the pretrained default
@@ -59,8 +60,13 @@ LABELS = {"rloo": "rloo.py", "topr": "topr.py", "agro-on": "agro.py (on-policy)"
           "agro-off": "agro.py (off-policy)", "spo": "spo.py"}
 
 
-LR = 1e-5  # the scripts' pretrained default; a run at another lr is named by it
-STEPS = 24  # the arms' optimizer steps; a run of another length is named by it
+# The first runs' settings: a run at them carries no lr or length in its name (`rloo-s1`).
+LR, STEPS = 1e-5, 24
+# The settings each script's rows take in the first table and the README: chosen from the runs
+# of every setting tried (docs/REAL-MODEL-notes.md says which and why); the rest are tabled apart.
+# --lr and --steps default to them, so that a later session adds seeds where they count.
+CHOSEN = {"rloo": (3e-6, 72), "topr": (1e-5, 24), "agro-on": (1e-5, 24),
+          "agro-off": (1e-5, 24), "spo": (1e-5, 24)}
 TOPR_ROUND = 8  # topr.py's steps a round: 64 prompts x 4 samples in batches of 32
 
 
@@ -162,28 +168,26 @@ def render() -> None:
                   f"{pct(start['end']['sampled/accuracy'])}%"]
     lines += ["- held-out: 100 3-number Countdown problems (the seed's), one greedy completion and "
               "4 samples at T = 1 each (400), at most 96 new tokens; one problem is 1 point greedy",
-              "- each RL run: 24 optimizer steps of 32 sampled completions from the start model, "
-              "lr 1e-5 (the scripts' pretrained default); the flags are in each row's command",
+              "- each RL run: optimizer steps of 32 sampled completions from the start model; "
+              "the table below gives each script's runs at its chosen lr and length (CHOSEN in "
+              "scripts/real_model_gains.py), the next table every other setting tried; the "
+              "flags are in each row's command",
               "- minutes: wall clock; s a step: the median of the run's logged time_step (with "
               "sampling in rloo.py, agro.py and spo.py, without it in topr.py), higher where "
               "other jobs shared the cores",
-              "", "| script | seed | greedy start -> end | T = 1 start -> end | T = 1 gain | "
-              "minutes | s a step | code at |", "|---|---|---|---|---|---|---|---|"]
-    at_default = [r for r in results if r["arm"] != "sft" and default(r)]
-    arms = {a: [r for r in at_default if r["arm"] == a] for a in ORDER}
+              "", "## At each script's chosen settings", "", *TABLE_HEAD]
+    arms = {a: [r for r in results if r["arm"] == a and chosen(r)] for a in ORDER}
     lines += [row(r) for arm in ORDER for r in sorted(arms[arm], key=lambda r: r["seed"])]
     missing = [a for a in ORDER if not arms[a]]
     if missing:
         lines += ["", "Not run yet: " + ", ".join(missing) + "."]
-    others = sorted((r for r in results if r["arm"] != "sft" and not default(r)),
-                    key=lambda r: (ORDER.index(r["arm"]), r["lr"], r["steps"], r["seed"]))
+    others = sorted((r for r in results if r["arm"] != "sft" and not chosen(r)),
+                    key=lambda r: (ORDER.index(r["arm"]), r.get("lr", LR), r["steps"], r["seed"]))
     if others:
         lines += ["", "## Other learning rates and lengths", "",
-                  "The same runs at another lr or for more steps, everything else as above.", "",
-                  "| script | lr | steps | seed | greedy start -> end | T = 1 start -> end | "
-                  "T = 1 gain | minutes | s a step | code at |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [row(r, settings=True) for r in others]
+                  "The same runs at another lr or length, everything else as above.", "",
+                  *TABLE_HEAD]
+        lines += [row(r) for r in others]
     lines += ["", "## Commands", ""] + [f"- {r['arm']} seed {r['seed']}: `{r['cmd']}`"
                                         for r in results]
     write_readme_block(start, arms)
@@ -195,16 +199,21 @@ def render() -> None:
     print(f"wrote {lab.repo_relative(DOC)}")
 
 
-def default(r: dict) -> bool:
-    """Whether a run has the arms' own lr and length (results from before --lr hold no lr)."""
-    return r.get("lr", LR) == LR and r["steps"] == STEPS
+TABLE_HEAD = ["| script | lr | steps | seed | greedy start -> end | T = 1 start -> end | "
+              "T = 1 gain | minutes | s a step | code at |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
 
 
-def row(r: dict, settings: bool = False) -> str:
+def chosen(r: dict) -> bool:
+    """Whether a run has its script's chosen lr and length (results from before --lr hold no
+    lr: they ran at LR)."""
+    return (r.get("lr", LR), r["steps"]) == CHOSEN[r["arm"]]
+
+
+def row(r: dict) -> str:
     s, e = r["start"], r["end"]
     gain = 100 * (e["sampled/accuracy"] - s["sampled/accuracy"])
-    cells = f" {r.get('lr', LR):g} | {r['steps']} |" if settings else ""
-    return (f"| {LABELS[r['arm']]} |{cells} {r['seed']} | "
+    return (f"| {LABELS[r['arm']]} | {r.get('lr', LR):g} | {r['steps']} | {r['seed']} | "
             f"{pct(s['greedy/accuracy'])} -> {pct(e['greedy/accuracy'])} | "
             f"{pct(s['sampled/accuracy'])} -> {pct(e['sampled/accuracy'])} | {gain:+.1f} | "
             f"{r['wall_s'] / 60:.1f} | {step_s(r)} | {r['commit']} |")
@@ -222,10 +231,11 @@ def write_readme_block(start: dict | None, arms: dict) -> None:
         return
     mean = lambda rows, key, at: 100 * sum(r[at][key] for r in rows) / len(rows)  # noqa: E731
     lines = [begin, "<!-- generated by scripts/real_model_gains.py --render; do not edit -->",
-             "| script | seeds | 3 numbers: T = 1 | 3 numbers: greedy | minutes a run |",
-             "|---|---|---|---|---|"]
+             "| script | lr, steps | seeds | 3 numbers: T = 1 | 3 numbers: greedy | minutes a run |",
+             "|---|---|---|---|---|---|"]
     if start:
-        lines.append(f"| sft.py (the start, from SmolLM2) | 1 | "
+        steps = START_CMD[START_CMD.index("--steps") + 1]
+        lines.append(f"| sft.py (the start, from SmolLM2) | {START_LR:g}, {steps} | 1 | "
                      f"{pct(start['start']['sampled/accuracy'])} -> "
                      f"{pct(start['end']['sampled/accuracy'])} | "
                      f"{pct(start['start']['greedy/accuracy'])} -> "
@@ -234,16 +244,18 @@ def write_readme_block(start: dict | None, arms: dict) -> None:
         rows = arms[arm]
         if rows:
             lines.append(
-                f"| {LABELS[arm]} | {len(rows)} | {mean(rows, 'sampled/accuracy', 'start'):.1f} -> "
+                f"| {LABELS[arm]} | {CHOSEN[arm][0]:g}, {CHOSEN[arm][1]} | {len(rows)} | "
+                f"{mean(rows, 'sampled/accuracy', 'start'):.1f} -> "
                 f"{mean(rows, 'sampled/accuracy', 'end'):.1f} | "
                 f"{mean(rows, 'greedy/accuracy', 'start'):.1f} -> "
                 f"{mean(rows, 'greedy/accuracy', 'end'):.1f} | "
                 f"{sum(r['wall_s'] for r in rows) / len(rows) / 60:.0f} |")
     lines += ["", "Held-out accuracy (%) at step 0 -> the end on 100 3-number puzzles (each seed "
-              "its own 100), the mean over the seeds run; each RL run 24 steps of 32 samples at "
-              "lr 1e-5 from the one start model; minutes of wall clock, more where other jobs "
-              "shared the cores. Commands, every seed, what was tried and which runs shared the "
-              "cores: [docs/REAL-MODEL.md](docs/REAL-MODEL.md).", end]
+              "its own 100), the mean over the seeds run; each RL run from the one start model, "
+              "optimizer steps of 32 samples at the lr and length chosen from the settings "
+              "tried; minutes of wall clock, more where other jobs shared the cores. Commands, "
+              "every seed, the other settings and which runs shared the cores: "
+              "[docs/REAL-MODEL.md](docs/REAL-MODEL.md).", end]
     head, rest = text.split(begin, 1)
     with open(README, "w") as f:
         f.write(head + "\n".join(lines) + rest.split(end, 1)[1])
@@ -257,13 +269,13 @@ def main(argv=None) -> int:
     what.add_argument("--arm", choices=ORDER + ["all"], help="run one RL script (or each)")
     what.add_argument("--render", action="store_true", help="write docs/REAL-MODEL.md")
     p.add_argument("--seed", type=int, default=0, help="the RL run's seed")
-    p.add_argument("--lr", type=float, default=LR,
-                   help=f"the RL run's learning rate (default {LR:g}, the scripts' own)")
-    p.add_argument("--steps", type=int, default=STEPS,
-                   help=f"the RL run's optimizer steps (default {STEPS}; topr.py's in rounds of "
-                        f"{TOPR_ROUND})")
+    p.add_argument("--lr", type=float, default=None,
+                   help="the RL run's learning rate (default: the arm's CHOSEN one)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"the RL run's optimizer steps (default: the arm's CHOSEN length; "
+                        f"topr.py's in rounds of {TOPR_ROUND})")
     args = p.parse_args(argv)
-    if args.steps < TOPR_ROUND or args.steps % TOPR_ROUND:
+    if args.steps is not None and (args.steps < TOPR_ROUND or args.steps % TOPR_ROUND):
         p.error(f"--steps must be a positive multiple of {TOPR_ROUND} (topr.py's round)")
     if args.render:
         render()
@@ -271,7 +283,8 @@ def main(argv=None) -> int:
         run("sft", 0)
     else:
         for arm in ORDER if args.arm == "all" else [args.arm]:
-            run(arm, args.seed, args.lr, args.steps)
+            lr, steps = CHOSEN[arm]
+            run(arm, args.seed, args.lr or lr, args.steps or steps)
     return 0
 
 

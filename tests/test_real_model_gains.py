@@ -48,33 +48,43 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
     readme = tmp_path / "README.md"
     readme.write_text("before\n<!-- real-model:start -->\nold\n<!-- real-model:end -->\nafter\n")
     monkeypatch.setattr(gains, "README", str(readme))
+    # each script's rows at its chosen settings; rloo.py's chosen apart from the first runs'
+    monkeypatch.setattr(gains, "CHOSEN", {**{a: (1e-5, 24) for a in gains.ORDER},
+                                          "rloo": (3e-6, 72)})
     kept = [_result("sft", 0, (0.0, 0.0), (0.2, 0.11)),
             _result("topr", 0, (0.2, 0.11), (0.26, 0.215)),
             _result("topr", 1, (0.21, 0.12), (0.2, 0.10)),
-            _result("rloo", 0, (0.2, 0.11), (0.3, 0.25), step_s=12.4),
-            _result("rloo", 0, (0.2, 0.11), (0.1, 0.05), lr=3e-5),  # another lr: kept apart
-            _result("rloo", 0, (0.2, 0.11), (0.4, 0.31), lr=3e-6, steps=72)]  # and length
+            _result("rloo", 0, (0.2, 0.11), (0.3, 0.25), step_s=12.4),  # the first runs' setting
+            _result("rloo", 0, (0.2, 0.11), (0.1, 0.05), lr=3e-5),  # another lr
+            _result("rloo", 0, (0.2, 0.11), (0.4, 0.31), lr=3e-6, steps=72)]  # rloo.py's chosen
     for r in kept:
         name = gains.name(r["arm"], r["seed"], r.get("lr", gains.LR), r["steps"])
         (results / f"{name}.json").write_text(json.dumps(r))
     gains.render()
     doc = (tmp_path / "DOC.md").read_text()
-    assert "| topr.py | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | - | abc1234 |" in doc
-    assert "| rloo.py | 0 | 20.0 -> 30.0 | 11.0 -> 25.0 | +14.0 | 10.0 | 12 | abc1234 |" in doc
-    # the run at another lr: in its own table, not in the main one nor in the README's means
-    assert "| rloo.py | 3e-05 | 24 | 0 | 20.0 -> 10.0 | 11.0 -> 5.0 | -6.0 |" in doc
-    assert "| rloo.py | 3e-06 | 72 | 0 | 20.0 -> 40.0 | 11.0 -> 31.0 | +20.0 |" in doc
-    assert doc.index("## Other learning rates") < doc.index("| rloo.py | 3e-05")
-    assert "| topr.py | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in doc  # a loss shows as one
-    assert doc.index("| rloo.py | 0") < doc.index("| topr.py | 0")  # the scripts' order
+    chosen, other = doc.split("## Other learning rates and lengths")
+    assert "| topr.py | 1e-05 | 24 | 0 | 20.0 -> 26.0 | 11.0 -> 21.5 | +10.5 | 10.0 | - |" in chosen
+    assert "| rloo.py | 3e-06 | 72 | 0 | 20.0 -> 40.0 | 11.0 -> 31.0 | +20.0 | 10.0 |" in chosen
+    assert "| topr.py | 1e-05 | 24 | 1 | 21.0 -> 20.0 | 12.0 -> 10.0 | -2.0 |" in chosen  # a loss
+    # the settings not chosen: in their own table, not in the first one nor in the README's means
+    assert "| rloo.py | 1e-05 | 24 | 0 | 20.0 -> 30.0 | 11.0 -> 25.0 | +14.0 | 10.0 | 12 |" in other
+    assert "| rloo.py | 3e-05 | 24 | 0 | 20.0 -> 10.0 | 11.0 -> 5.0 | -6.0 |" in other
+    assert "| rloo.py | 1e-05" not in chosen and "| rloo.py | 3e-06" not in other
+    assert chosen.index("| rloo.py | 3e-06") < chosen.index("| topr.py | 1e-05")  # scripts' order
     assert "Not run yet: agro-on, agro-off, spo." in doc
     assert "greedy 0.0 -> 20.0%, T = 1 0.0 -> 11.0%" in doc  # the start model's own line
     block = readme.read_text()
     assert block.startswith("before\n<!-- real-model:start -->") and block.endswith("after\n")
     assert "old" not in block
-    assert "| topr.py | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # the mean of the 2 seeds
-    assert "| sft.py (the start, from SmolLM2) | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 | 10 |" in block
-    assert "| rloo.py | 1 | 11.0 -> 25.0 | 20.0 -> 30.0 | 10 |" in block  # lr 1e-5's seed alone
+    assert "| topr.py | 1e-05, 24 | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # 2 seeds' mean
+    assert "| sft.py (the start, from SmolLM2) | 2e-05, 40 | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 |" in block
+    assert "| rloo.py | 3e-06, 72 | 1 | 11.0 -> 31.0 | 20.0 -> 40.0 | 10 |" in block  # chosen alone
+
+
+def test_the_start_models_lr_is_sft_pys_own_for_a_pretrained_model():
+    import sft
+    assert gains.START_LR == sft.DEFAULTS["lr"][1]
+    assert "--lr" not in gains.START_CMD  # so the start model ran at that default
 
 
 def test_an_rl_arm_without_the_start_model_is_one_line(tmp_path, monkeypatch):
