@@ -218,6 +218,21 @@ def test_reverse_q_residuals_equal_the_terminal_one():
 
 
 @pytest.mark.paper
+def test_the_nonterminal_loss_sums_its_tokens_so_a_longer_trajectory_weighs_more():
+    """§3.1.2, nonterminal: sum_t L(Q_t, R_t) over a trajectory's tokens, then the mean over
+    trajectories. With the squared loss every term is (Q_T - r)^2, so a trajectory of 3 tokens
+    with Q_T - r = -0.6 gives 3 x 0.36 = 1.08 and one of 2 tokens with Q_T - r = 0.8 gives
+    2 x 0.64 = 1.28: the loss is their mean, 1.18 (a mean over tokens would give 0.5)."""
+    q = torch.tensor([[-0.1, -0.3, -0.6, 0.0], [-0.5, -0.2, 0.0, 0.0]])  # Q_t; padding: 0
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    q_T, r = torch.tensor([-0.6, -0.2]), torch.tensor([0.0, -1.0])
+    loss = spo.spo_loss(q, q_T, mask, torch.tensor([-0.4, -0.4]), r, BETA, "nonterminal", "sq")
+    assert loss.item() == pytest.approx(1.18, abs=1e-6), (
+        f"spo_loss(nonterminal, sq) = {loss.item()}: §3.1.2 sums L(Q_t, R_t) over the tokens "
+        "(1.08 and 1.28), then takes the mean over trajectories: 1.18")
+
+
+@pytest.mark.paper
 def test_ce_loss_is_flat_at_its_target_and_finite_past_the_clip():
     """§3.1.1, L = x relu(-y_hat) - (1 - x) log(1 - e^{min(y_hat, -eps)}) - H(x), x = e^y: zero
     gradient at y_hat = y and for a success target above 0; finite past the clip, with the
