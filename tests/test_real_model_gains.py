@@ -77,8 +77,15 @@ def test_the_doc_is_rendered_from_the_kept_results_with_each_gain(tmp_path, monk
     assert block.startswith("before\n<!-- real-model:start -->") and block.endswith("after\n")
     assert "old" not in block
     assert "| topr.py | 1e-05, 24 | 2 | 11.5 -> 15.8 | 20.5 -> 23.0 | 10 |" in block  # 2 seeds
-    start = "| sft.py (the start, from SmolLM2) | 2e-05, 40 | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 |"
+    start = "| sft.py (the start, from SmolLM2) | 2e-05, 40 | 1 | 0.0 -> 11.0 | 0.0 -> 20.0 | 10 |"
     assert start in block
+    # the start's command run again alone: both times, the README's short
+    sft = dict(kept[0], alone={"wall_s": 360, "commit": "def5678", "same_weights": True})
+    (results / "sft-s0.json").write_text(json.dumps(sft))
+    gains.render()
+    assert "| 0.0 -> 11.0 | 0.0 -> 20.0 | 6 (10 sharing the cores) |" in readme.read_text()
+    assert ("(6.0 min alone on the cores at def5678, the same weights; 10.0 min the first time, "
+            "sharing them)") in (tmp_path / "DOC.md").read_text()
     assert "| rloo.py | 3e-06, 72 | 1 | 11.0 -> 31.0 | 20.0 -> 40.0 | 10 |" in block  # chosen alone
 
 
