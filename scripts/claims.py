@@ -446,6 +446,8 @@ def run_claim(cid: str, args) -> dict:
          for s in args.seeds}
     runs = [run_dir(cid, a, s, args) for a in claim["arms"] for s in args.seeds]
     runs += [os.path.dirname(f["pool"]) for f in files.values() if "pool" in f]
+    commands = {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}
+    kept = kept_seeds(cid, commands, args)  # sessions add seeds rather than redo them
     kind = claim.get("evaluate")  # a final evaluation of every arm's model, in its run folder
     if kind:  # spo: pass@1 and pass@10 from 20 samples at T = 0.4, top-p 0.95; cr: the mean
         # reward_original of 8 samples at T = 0.15, top-p 0.9, top-k 30
@@ -473,15 +475,29 @@ def run_claim(cid: str, args) -> dict:
                     i = sizes_of(args).index(4)
                     m[s][a].update(score4=after["rewards"]["original"][i],
                                    score4_0=before["rewards"]["original"][i])
+    here = lab.commit()
+    p = {s: files[s].get("p") for s in args.seeds}
+    commits = {s: here for s in args.seeds}
+    if kept:  # the kept seeds' figures, as the kept result holds them, beside this run's
+        m = {**{int(s): {a: f[a] for a in commands} for s, f in kept["figures"].items()}, **m}
+        p = {**{int(s): v for s, v in kept["p"].items()}, **p}
+        commits = {**{int(s): c for s, c in kept_commits(kept).items()}, **commits}
+        runs += kept["runs"]
+    seeds = sorted(m)
     contrasts = []
     for text, fn, *role in claim["contrasts"]:  # with a role: shown, not in the earlier verdict
-        d = [fn(m[s]) for s in args.seeds]
+        d = [fn(m[s]) for s in seeds]
         contrasts.append(secondary(text, d, role[0] if role else "", args.quick))
-    result = {"claim": cid, "seeds": args.seeds, "quick": args.quick,
+    result = {"claim": cid, "seeds": seeds, "quick": args.quick,
               "runs": sorted({run_name(x) for x in runs}), "jobs": args.jobs, "figures": m,
-              "p": {s: files[s].get("p") for s in args.seeds}, "contrasts": contrasts,
-              "commands": {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}}
-    result["primary"], result["commit"] = primary_of(cid, result), lab.commit()
+              "p": p, "contrasts": contrasts, "commands": commands,
+              "seed_commits": {s: commits[s] for s in seeds}}
+    if kept:  # the kept seeds' minutes, where their runs are not in this checkout
+        result["minutes_kept"], result["verdict_minutes_kept"] = (
+            kept.get(k + "_kept", 0.0) if any(os.path.exists(os.path.join(ROOT, x))
+                                              for x in kept["runs"]) else kept.get(k, 0.0)
+            for k in ("minutes", "verdict_minutes"))
+    result["primary"], result["commit"] = primary_of(cid, result), here
     result["verdict"] = result["primary"]["verdict"]
     if cid in EARLIER_CLAIMS:  # and under the rule these contrasts were registered with
         result["earlier_verdict"] = claim_verdict(
@@ -497,6 +513,42 @@ def run_claim(cid: str, args) -> dict:
         lab.write_json(os.path.join(archive(args), f"{cid}.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
     return result
+
+
+def kept_seeds(cid: str, commands: dict, args) -> dict | None:
+    """The kept result (archive) whose seeds this run adds to, or None where this run holds
+    them all (or there is none). Its arms must have run the same commands: figures of other
+    settings never mix (one line, exit status 2). A seed run again replaces the kept one."""
+    path = os.path.join(archive(args), f"{cid}.json")
+    if args.quick or not os.path.exists(path):
+        return None
+    kept = lab.read_json(path)
+    if kept["quick"] or {int(s) for s in kept["seeds"]} <= set(args.seeds):
+        return None
+    for a, cmd in commands.items():
+        if kept["commands"].get(a) != cmd:
+            raise SystemExit(
+                f"claims.py: {cid}: its kept result ({lab.repo_relative(path)}) ran arm {a} as "
+                f"{kept['commands'].get(a)}, now {cmd}: run every seed again "
+                f"(--seeds {','.join(str(s) for s in sorted({*kept['seeds'], *args.seeds}))})")
+    return kept
+
+
+def results_at(r: dict) -> str:
+    """Where a claim's figures were made: its commit, or each seed's where they differ."""
+    if "commit" not in r:
+        return ""
+    at = kept_commits(r)
+    if len(set(at.values())) == 1:
+        return f"; results at {r['commit']}"
+    return "; results at " + ", ".join(
+        f"{c} (seed{'s' * (len(g) > 1)} {', '.join(g)})"
+        for c, g in {c: [s for s in at if at[s] == c] for c in at.values()}.items())
+
+
+def kept_commits(r: dict) -> dict:
+    """The commit each seed of a result ran at (results before seed_commits: one commit)."""
+    return r.get("seed_commits") or {str(s): r.get("commit", "?") for s in r["seeds"]}
 
 
 def archive(args) -> str:
@@ -606,6 +658,7 @@ def minutes(results: list[dict]) -> float:
         if not any(os.path.exists(path) for path in paths):  # an archived result alone
             total += 60 * r.get("minutes", 0.0) * r["jobs"]
             continue
+        total += 60 * r.get("minutes_kept", 0.0) * r["jobs"]  # kept seeds run elsewhere
         for path in paths - seen:
             seen.add(path)
             total += lab.read_json(path).get("seconds", 0) if path.endswith(".json") else \
@@ -619,7 +672,8 @@ def verdict_runs(cid: str, r: dict, args) -> dict:
               if arm.role == "probe" for s in r["seeds"]}
     return dict(r, runs=[x for x in r["runs"] if run_name(x) not in probes
                          and os.path.dirname(run_name(x)) not in probes],
-                minutes=r.get("verdict_minutes", r.get("minutes", 0.0)))
+                minutes=r.get("verdict_minutes", r.get("minutes", 0.0)),
+                minutes_kept=r.get("verdict_minutes_kept", r.get("minutes_kept", 0.0)))
 
 
 def t_quantile(level: float, df: int) -> float:
@@ -960,7 +1014,7 @@ def write_doc(args) -> str:
             "", f"Primary contrast ({p['kind']}, delta {p['delta']:g}"
             + (f", registered in {REGISTERED[cid]}" if cid in REGISTERED else "")
             + f"): {p['text']}: {estimate(p, digits)}; {verdict_text(p)}"
-            + (f"; results at {r['commit']}" if "commit" in r else "")
+            + results_at(r)
             + f". Delta {p['delta']:g}: {DELTA_WHY[cid]}." + registration(cid)]
         for a in r["added"]:  # beside the registered primary, never in its place
             lines += ["", f"Added primary ({a['kind']}, delta {a['delta']:g}, registered in "

@@ -133,6 +133,49 @@ def test_a_result_names_its_runs_from_the_repository_and_is_read_from_any_folder
     assert claims.minutes([old]) == pytest.approx(12)
 
 
+def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch):
+    """Sessions add seeds rather than redo them: a run of seeds 3-4 keeps the kept result's seeds
+    0-2 as they were, with the commit each ran at, and judges all five; a seed run again replaces
+    the kept one; a kept arm run with another command is refused in one line, not mixed in."""
+    kept_dir = tmp_path / "kept"
+    kept_dir.mkdir()
+    monkeypatch.setattr(claims, "ARCHIVE", str(kept_dir))
+    monkeypatch.setattr(claims, "run", lambda *a, **k: None)
+    bump = {"by": 0.0}
+
+    def fake_figures(path):  # beta 0.02 ahead of beta 0.5 by 1 + the seed's number in area
+        arm, seed = os.path.basename(path).rsplit("-s", 1)
+        v = 10.0 + bump["by"] + (1 + int(seed)) * (arm == "b0.02")
+        return {"acc": v, "area": v, "kl": 1.0, "start": 5.0, "curve": [], "steps": 9,
+                "pass": 0.0, "peak": v}
+    monkeypatch.setattr(claims, "figures", fake_figures)
+    args = argparse.Namespace(out=str(tmp_path / "runs"), skip_probes=True, jobs=1, quick=False,
+                              seeds=[0, 1, 2])
+    monkeypatch.setattr(claims.lab, "commit", lambda: "old")
+    claims.run_claim("agro-fig6", args)
+    monkeypatch.setattr(claims.lab, "commit", lambda: "new")
+    bump["by"] = 100.0  # a figure the kept seeds must not take
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [3, 4]}))
+    kept = json.loads((kept_dir / "agro-fig6.json").read_text())
+    assert r["seeds"] == kept["seeds"] == [0, 1, 2, 3, 4]
+    assert kept["seed_commits"] == {"0": "old", "1": "old", "2": "old", "3": "new", "4": "new"}
+    assert kept["figures"]["0"]["b0.5"]["area"] == 10.0  # as kept
+    assert kept["figures"]["3"]["b0.5"]["area"] == 110.0  # this run's
+    slower = next(c for c in r["contrasts"] if c["text"].startswith("slower"))
+    assert slower["d"] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert len(r["primary"]["d"]) == 5 and r["primary"]["d"][0] != r["primary"]["d"][3]
+    assert "results at old (seeds 0, 1, 2), new (seeds 3, 4)" in claims.results_at(kept)
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [4]}))
+    assert r["seeds"] == [0, 1, 2, 3, 4] and len(r["contrasts"][0]["d"]) == 5
+    kept["commands"]["b0.5"] = ["agro.py", "--beta", "0.7"]
+    (kept_dir / "agro-fig6.json").write_text(json.dumps(kept))
+    with pytest.raises(SystemExit, match=r"agro-fig6: .* arm b0.5 .*--seeds 0,1,2,3,4,5"):
+        claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [5]}))
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args),
+                                                            "seeds": [0, 1, 2, 3, 4, 5]}))
+    assert r["seeds"] == [0, 1, 2, 3, 4, 5] and set(r["seed_commits"].values()) == {"new"}
+
+
 def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_path):
     ev = {f"eval{n}/{k}": 0.5 for n in claims.SIZES
           for k in ("sampled/accuracy", "sampled/format_rate", "pass@8")}
