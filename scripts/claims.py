@@ -426,6 +426,10 @@ def run_claim(cid: str, args) -> dict:
                          if v.role != "probe" or a in needed}
         claim["contrasts"] = [c for c in claim["contrasts"] if c[2:] != ("probe",)]
     os.makedirs(claim_dir, exist_ok=True)
+    commands = {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}
+    kept = kept_result(cid, commands, args)  # sessions add seeds and arms rather than redo them
+    if getattr(args, "arms", None):  # these arms alone, beside the kept result's others
+        claim["arms"] = {a: claim["arms"][a] for a in args.arms}
     files = {s: {} for s in args.seeds}
     flags = [" ".join(arm.flags) for arm in claim["arms"].values()]
     if any("{pool}" in f or "{d" in f or "{pos}" in f for f in flags):
@@ -446,8 +450,6 @@ def run_claim(cid: str, args) -> dict:
          for s in args.seeds}
     runs = [run_dir(cid, a, s, args) for a in claim["arms"] for s in args.seeds]
     runs += [os.path.dirname(f["pool"]) for f in files.values() if "pool" in f]
-    commands = {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}
-    kept = kept_seeds(cid, commands, args)  # sessions add seeds rather than redo them
     kind = claim.get("evaluate")  # a final evaluation of every arm's model, in its run folder
     if kind:  # spo: pass@1 and pass@10 from 20 samples at T = 0.4, top-p 0.95; cr: the mean
         # reward_original of 8 samples at T = 0.15, top-p 0.9, top-k 30
@@ -478,10 +480,12 @@ def run_claim(cid: str, args) -> dict:
     here = lab.commit()
     p = {s: files[s].get("p") for s in args.seeds}
     commits = {s: here for s in args.seeds}
-    if kept:  # the kept seeds' figures, as the kept result holds them, beside this run's
-        m = {**{int(s): {a: f[a] for a in commands} for s, f in kept["figures"].items()}, **m}
-        p = {**{int(s): v for s, v in kept["p"].items()}, **p}
-        commits = {**{int(s): c for s, c in kept_commits(kept).items()}, **commits}
+    if kept:  # the kept figures, as the kept result holds them, beside this run's
+        held = {int(s): {a: f[a] for a in commands if a in f} for s, f in kept["figures"].items()}
+        m = {s: {**held.get(s, {}), **m.get(s, {})} for s in {*held, *m}}
+        p = {**{int(s): v for s, v in kept["p"].items()}, **{s: v for s, v in p.items() if v}}
+        commits = {**{int(s): c for s, c in kept_commits(kept).items()},
+                   **({} if getattr(args, "arms", None) else commits)}
         runs += kept["runs"]
     seeds = sorted(m)
     contrasts = []
@@ -492,6 +496,9 @@ def run_claim(cid: str, args) -> dict:
               "runs": sorted({run_name(x) for x in runs}), "jobs": args.jobs, "figures": m,
               "p": p, "contrasts": contrasts, "commands": commands,
               "seed_commits": {s: commits[s] for s in seeds}}
+    if getattr(args, "arms", None) or (kept and "arm_commits" in kept):  # arms added later
+        result["arm_commits"] = {**(kept or {}).get("arm_commits", {}),
+                                 **{a: here for a in getattr(args, "arms", None) or []}}
     if kept:  # the kept seeds' minutes, where their runs are not in this checkout
         result["minutes_kept"], result["verdict_minutes_kept"] = (
             kept.get(k + "_kept", 0.0) if any(os.path.exists(os.path.join(ROOT, x))
@@ -515,35 +522,54 @@ def run_claim(cid: str, args) -> dict:
     return result
 
 
-def kept_seeds(cid: str, commands: dict, args) -> dict | None:
-    """The kept result (archive) whose seeds this run adds to, or None where this run holds
-    them all (or there is none). Its arms must have run the same commands: figures of other
-    settings never mix (one line, exit status 2). A seed run again replaces the kept one."""
-    path = os.path.join(archive(args), f"{cid}.json")
-    if args.quick or not os.path.exists(path):
+def kept_result(cid: str, commands: dict, args) -> dict | None:
+    """The kept result (archive) this run adds seeds or arms (--arms) to, or None where this run
+    holds every seed and arm (or there is none). Figures of other settings never mix: each kept
+    arm must have run the command it has now, and every arm must have figures for every seed
+    when this run is done (else one line, exit status 2). A seed or arm run again replaces the
+    kept one."""
+    path, arms = os.path.join(archive(args), f"{cid}.json"), getattr(args, "arms", None) or []
+    kept = lab.read_json(path) if os.path.exists(path) and not args.quick else None
+    if unknown := [a for a in arms if a not in commands]:
+        raise SystemExit(f"claims.py: {cid} has no arm {unknown[0]!r} here; its arms: "
+                         + ", ".join(commands))
+    if kept is not None and (kept["quick"] or not arms and {int(s) for s in kept["seeds"]}
+                             <= set(args.seeds)):
+        kept = None
+    if kept is None and not arms:
         return None
-    kept = lab.read_json(path)
-    if kept["quick"] or {int(s) for s in kept["seeds"]} <= set(args.seeds):
-        return None
+    seeds = sorted({*map(int, kept["seeds"] if kept else []), *args.seeds})
     for a, cmd in commands.items():
-        if kept["commands"].get(a) != cmd:
+        if kept and a in kept["commands"] and kept["commands"][a] != cmd:
             raise SystemExit(
                 f"claims.py: {cid}: its kept result ({lab.repo_relative(path)}) ran arm {a} as "
-                f"{kept['commands'].get(a)}, now {cmd}: run every seed again "
-                f"(--seeds {','.join(str(s) for s in sorted({*kept['seeds'], *args.seeds}))})")
+                f"{kept['commands'][a]}, now {cmd}: run every seed again "
+                f"(--seeds {','.join(map(str, seeds))})")
+        if a in arms and any(a not in kept["figures"][str(s)] for s in seeds
+                             if s not in args.seeds):
+            raise SystemExit(f"claims.py: {cid}: an added arm runs for every kept seed: "
+                             f"--arms {a} --seeds {','.join(map(str, seeds))}")
+        if a not in arms and any(a not in (kept or {}).get("figures", {}).get(str(s), {})
+                                 for s in seeds if s not in args.seeds or arms):
+            raise SystemExit(f"claims.py: {cid}: arm {a} has no kept figures for every seed "
+                             f"({','.join(map(str, seeds))}): run it for them first (--arms {a}"
+                             f" --seeds {','.join(map(str, seeds))})")
     return kept
 
 
 def results_at(r: dict) -> str:
-    """Where a claim's figures were made: its commit, or each seed's where they differ."""
+    """Where a claim's figures were made: its commit, or each seed's where they differ, and the
+    commit of each arm added later (--arms)."""
     if "commit" not in r:
         return ""
-    at = kept_commits(r)
+    at, added = kept_commits(r), r.get("arm_commits", {})
+    where = ", ".join(f"{c} (seed{'s' * (len(g) > 1)} {', '.join(map(str, g))})" for c, g in
+                      {c: [s for s in at if at[s] == c] for c in at.values()}.items())
     if len(set(at.values())) == 1:
-        return f"; results at {r['commit']}"
-    return "; results at " + ", ".join(
-        f"{c} (seed{'s' * (len(g) > 1)} {', '.join(g)})"
-        for c, g in {c: [s for s in at if at[s] == c] for c in at.values()}.items())
+        where = next(iter(at.values()))
+    return f"; results at {where}" + "".join(
+        f"; arm{'s' * (len(g) > 1)} {', '.join(g)} added at {c}"
+        for c, g in {c: [a for a in added if added[a] == c] for c in added.values()}.items())
 
 
 def kept_commits(r: dict) -> dict:
@@ -1295,6 +1321,9 @@ def main(argv=None):
     p.add_argument("claims", nargs="+", help="claim ids, or all: " + ", ".join(CLAIMS))
     p.add_argument("--sft", required=True, help="the start model of every arm (an sft.py run)")
     p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="seeds of every arm")
+    p.add_argument("--arms", type=lambda v: v.split(","), default=None,
+                   help="run only these arms (comma-separated) for --seeds, beside the kept "
+                   "result's other arms (docs/claims/): an arm added to a claim after its runs")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny budgets, no verdicts")
     p.add_argument("--skip-probes", action="store_true",
                    help="run a claim's own arms only, not the investigations beside it")

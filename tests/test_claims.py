@@ -176,6 +176,44 @@ def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch):
     assert r["seeds"] == [0, 1, 2, 3, 4, 5] and set(r["seed_commits"].values()) == {"new"}
 
 
+def test_an_arm_added_to_a_claim_runs_alone_beside_the_kept_arms(tmp_path, monkeypatch):
+    """--arms: an arm a claim gained after its runs (an added primary's) runs for the kept seeds
+    alone; the kept arms' figures stay as they were, the added arm's commit is named; an added
+    arm must cover every kept seed, and an arm with no figures is refused in one line."""
+    kept_dir = tmp_path / "kept"
+    kept_dir.mkdir()
+    monkeypatch.setattr(claims, "ARCHIVE", str(kept_dir))
+    ran = []
+    monkeypatch.setattr(claims, "run", lambda script, flags, out, *a: ran.append(out))
+    monkeypatch.setattr(claims, "figures", lambda path: {
+        "acc": 20.0, "area": 20.0, "kl": 1.0, "start": 5.0, "curve": [], "steps": 9,
+        "pass": 0.0, "peak": 20.0})
+    args = argparse.Namespace(out=str(tmp_path / "runs"), skip_probes=True, jobs=1, quick=False,
+                              seeds=[0, 1, 2], arms=None)
+    monkeypatch.setattr(claims.lab, "commit", lambda: "old")
+    claims.run_claim("agro-fig6", args)
+    kept = json.loads((kept_dir / "agro-fig6.json").read_text())
+    for s in kept["figures"].values():  # as if b0.5 had been added to the claim later
+        del s["b0.5"]
+    del kept["commands"]["b0.5"]
+    (kept_dir / "agro-fig6.json").write_text(json.dumps(kept))
+    with pytest.raises(SystemExit, match=r"arm b0.5 has no kept figures .*--arms b0.5"):
+        claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [3]}))
+    with pytest.raises(SystemExit, match=r"every kept seed: --arms b0.5 --seeds 0,1,2"):
+        claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [0],
+                                                            "arms": ["b0.5"]}))
+    with pytest.raises(SystemExit, match=r"no arm 'b9'"):
+        claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "arms": ["b9"]}))
+    monkeypatch.setattr(claims.lab, "commit", lambda: "new")
+    ran.clear()
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "arms": ["b0.5"]}))
+    assert sorted(os.path.basename(x) for x in ran) == ["b0.5-s0", "b0.5-s1", "b0.5-s2"]
+    assert r["seeds"] == [0, 1, 2] and set(r["figures"][0]) == set(r["commands"])
+    assert r["seed_commits"] == {0: "old", 1: "old", 2: "old"}
+    assert r["arm_commits"] == {"b0.5": "new"}
+    assert claims.results_at(r) == "; results at old; arm b0.5 added at new"
+
+
 def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_path):
     ev = {f"eval{n}/{k}": 0.5 for n in claims.SIZES
           for k in ("sampled/accuracy", "sampled/format_rate", "pass@8")}
