@@ -169,6 +169,8 @@ def dry_run(ids: list[str], args) -> list[str]:
                   for s in args.seeds]
     for cid in ids:
         for name, arm in CLAIMS[cid]["arms"].items():
+            if getattr(args, "arms", None) and name not in args.arms:  # --arms: these alone
+                continue
             shared = CLAIMS[cid].get("shared", {}).get(name)
             lines += [f"# {cid} / {name} ({label(arm)})"
                       + (f": the runs of {shared}" if shared else "")]
@@ -531,7 +533,7 @@ def kept_result(cid: str, commands: dict, args) -> dict | None:
     path, arms = os.path.join(archive(args), f"{cid}.json"), getattr(args, "arms", None) or []
     kept = lab.read_json(path) if os.path.exists(path) and not args.quick else None
     if unknown := [a for a in arms if a not in commands]:
-        raise SystemExit(f"claims.py: {cid} has no arm {unknown[0]!r} here; its arms: "
+        refuse(f"{cid} has no arm {unknown[0]!r} here; its arms: "
                          + ", ".join(commands))
     if kept is not None and (kept["quick"] or not arms and {int(s) for s in kept["seeds"]}
                              <= set(args.seeds)):
@@ -541,20 +543,26 @@ def kept_result(cid: str, commands: dict, args) -> dict | None:
     seeds = sorted({*map(int, kept["seeds"] if kept else []), *args.seeds})
     for a, cmd in commands.items():
         if kept and a in kept["commands"] and kept["commands"][a] != cmd:
-            raise SystemExit(
-                f"claims.py: {cid}: its kept result ({lab.repo_relative(path)}) ran arm {a} as "
+            refuse(
+                f"{cid}: its kept result ({lab.repo_relative(path)}) ran arm {a} as "
                 f"{kept['commands'][a]}, now {cmd}: run every seed again "
                 f"(--seeds {','.join(map(str, seeds))})")
         if a in arms and any(a not in kept["figures"][str(s)] for s in seeds
                              if s not in args.seeds):
-            raise SystemExit(f"claims.py: {cid}: an added arm runs for every kept seed: "
+            refuse(f"{cid}: an added arm runs for every kept seed: "
                              f"--arms {a} --seeds {','.join(map(str, seeds))}")
         if a not in arms and any(a not in (kept or {}).get("figures", {}).get(str(s), {})
                                  for s in seeds if s not in args.seeds or arms):
-            raise SystemExit(f"claims.py: {cid}: arm {a} has no kept figures for every seed "
+            refuse(f"{cid}: arm {a} has no kept figures for every seed "
                              f"({','.join(map(str, seeds))}): run it for them first (--arms {a}"
                              f" --seeds {','.join(map(str, seeds))})")
     return kept
+
+
+def refuse(why: str):
+    """One line naming the problem and exit status 2, as argparse's own errors."""
+    print(f"claims.py: {why}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def results_at(r: dict) -> str:

@@ -133,7 +133,7 @@ def test_a_result_names_its_runs_from_the_repository_and_is_read_from_any_folder
     assert claims.minutes([old]) == pytest.approx(12)
 
 
-def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch):
+def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch, capsys):
     """Sessions add seeds rather than redo them: a run of seeds 3-4 keeps the kept result's seeds
     0-2 as they were, with the commit each ran at, and judges all five; a seed run again replaces
     the kept one; a kept arm run with another command is refused in one line, not mixed in."""
@@ -169,14 +169,17 @@ def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch):
     assert r["seeds"] == [0, 1, 2, 3, 4] and len(r["contrasts"][0]["d"]) == 5
     kept["commands"]["b0.5"] = ["agro.py", "--beta", "0.7"]
     (kept_dir / "agro-fig6.json").write_text(json.dumps(kept))
-    with pytest.raises(SystemExit, match=r"agro-fig6: .* arm b0.5 .*--seeds 0,1,2,3,4,5"):
+    with pytest.raises(SystemExit) as e:
         claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [5]}))
+    assert e.value.code == 2 and re.search(r"agro-fig6: .* arm b0.5 .*--seeds 0,1,2,3,4,5",
+                                           capsys.readouterr().err)
     r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args),
                                                             "seeds": [0, 1, 2, 3, 4, 5]}))
     assert r["seeds"] == [0, 1, 2, 3, 4, 5] and set(r["seed_commits"].values()) == {"new"}
 
 
-def test_an_arm_added_to_a_claim_runs_alone_beside_the_kept_arms(tmp_path, monkeypatch):
+def test_an_arm_added_to_a_claim_runs_alone_beside_the_kept_arms(tmp_path, monkeypatch,
+                                                                capsys):
     """--arms: an arm a claim gained after its runs (an added primary's) runs for the kept seeds
     alone; the kept arms' figures stay as they were, the added arm's commit is named; an added
     arm must cover every kept seed, and an arm with no figures is refused in one line."""
@@ -197,13 +200,18 @@ def test_an_arm_added_to_a_claim_runs_alone_beside_the_kept_arms(tmp_path, monke
         del s["b0.5"]
     del kept["commands"]["b0.5"]
     (kept_dir / "agro-fig6.json").write_text(json.dumps(kept))
-    with pytest.raises(SystemExit, match=r"arm b0.5 has no kept figures .*--arms b0.5"):
+    with pytest.raises(SystemExit) as e:
         claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [3]}))
-    with pytest.raises(SystemExit, match=r"every kept seed: --arms b0.5 --seeds 0,1,2"):
+    assert e.value.code == 2 and re.search(r"arm b0.5 has no kept figures .*--arms b0.5",
+                                           capsys.readouterr().err)
+    with pytest.raises(SystemExit) as e:
         claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [0],
                                                             "arms": ["b0.5"]}))
-    with pytest.raises(SystemExit, match=r"no arm 'b9'"):
+    assert e.value.code == 2 and re.search(r"every kept seed: --arms b0.5 --seeds 0,1,2",
+                                           capsys.readouterr().err)
+    with pytest.raises(SystemExit) as e:
         claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "arms": ["b9"]}))
+    assert e.value.code == 2 and re.search(r"no arm 'b9'", capsys.readouterr().err)
     monkeypatch.setattr(claims.lab, "commit", lambda: "new")
     ran.clear()
     r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "arms": ["b0.5"]}))
