@@ -49,7 +49,7 @@ from lab import ROOT, side_by_side  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/)
 from claims_registry import (  # noqa: E402
-    CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
+    CLAIMS, CONCLUDE, DOC, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
     QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
     REGISTRATION, ADDED, departures, label)
 import topr  # noqa: E402  (the report's lr, for --real-cpu's scaling: real_lr)
@@ -62,45 +62,13 @@ ARCHIVE = os.path.join(ROOT, "docs", "claims")  # every claim's last result.json
 LEVEL, TOST_LEVEL = 0.95, 0.90  # the interval of a difference; of no difference (TOST at 5%)
 SIM_SEED, SIM_DRAWS = 0, 10_000  # the simulation of the rule's error rates (simulate)
 MAX_SEEDS = 100  # seeds_needed looks no further
-RULE = ("Each claim has one **primary contrast**, about the paper's own method, registered before "
-        "the runs that give its verdict (the commit is named with it): d = arm - comparator, seed "
-        "by seed, signed so that the paper's direction is positive, and delta, registered with it, "
-        "the smallest difference that counts (1 point of accuracy, 0.01 of mean reward, or a "
-        "relative 25% for a ratio; its reason is given beside each claim: a share of the paper's "
-        "stated effect where the paper gives a number, the measured noise otherwise). The "
-        "verdict reads the **mean of d over the seeds with its t-interval** (n seeds, n - 1 "
-        "degrees of freedom): a claim of a difference goes the **paper's direction** if the 95% "
-        "interval lies above 0 and the mean is at least delta, the **opposite direction** if the "
-        "95% interval lies below 0 and the mean is at most -delta, and is **equivalent within "
-        "delta** if the 90% interval lies inside +-delta (two one-sided tests at 5% each, TOST: "
-        "no difference as large as delta, against the paper's claim); a claim of no difference "
-        "is **equivalent within delta** by that test, the **opposite direction** (a difference "
-        "where the paper claims none) if the 95% interval is clear of 0 and the mean at least "
-        "delta from it. Anything else is **not detected at this power**, with a rough figure "
-        "for the seeds that would decide: the fewest at which the observed mean and sd would "
-        "give a verdict (a mean as likely to fall short as not: plan for more). A 95% interval "
-        "clear of 0 with the mean short of delta is a difference too small to count, not "
-        "detected either. With 3 seeds the interval is the mean +- 4.30 sd / sqrt(3) (95%) or "
-        "+- 2.92 sd / sqrt(3) (90%), so a verdict needs an effect large against the seeds' "
-        "spread: the table of error rates after the main table gives, at each claim's observed "
-        "sd and seeds, how often the rule calls an absent effect the paper's direction and "
-        "misses one of delta or 2 delta. A claim whose runs cannot show the paper's claim "
-        "whatever d is (the start model already at the ceiling, an arm known to collapse before "
-        "the claim was registered, a check of the code) is **not testable here**, with the "
-        "reason and what the rule alone gives.")
+RULE, EARLIER_RULE = DOC["rule"], DOC["earlier_rule"]  # the doc's prose (common.toml's [doc])
 # The primary rule's verdicts (RULE), and a claim that its runs cannot test (UNTESTABLE)
 PAPERS, OPPOSITE = "paper's direction", "opposite direction"
 NOT_DETECTED, EQUIVALENT = "not detected at this power", "equivalent within delta"
 NOT_RUN = "not run yet"  # an added primary whose arms the result lacks
 UNTESTED, COLLAPSED = "not testable here", "the comparator collapsed"  # CO_CONDITIONS
 VERDICTS = (PAPERS, OPPOSITE, NOT_DETECTED, EQUIVALENT, COLLAPSED, UNTESTED)
-EARLIER_RULE = (
-    "The rule of 1987642, for the secondary contrasts: **reproduced** if the mean of d over the "
-    "seeds exceeds one sample sd, **not reproduced** if it is below minus one sd, "
-    "**inconclusive** otherwise; a claim was reproduced when every contrast was, not reproduced "
-    "when none was and one was opposite, inconclusive when all were within the noise, **partly** "
-    "otherwise. That rule has no outcome for no difference: a secondary contrast where the paper "
-    "claims none is judged as a primary of no difference is.")
 
 
 # ---- Running the arms ----------------------------------------------------------------------------
@@ -982,11 +950,7 @@ def write_doc(args) -> str:
                      + "".join(f"<br>added: {verdict_text(a)}" for a in added)
                      + f" | {'; '.join(then)} |")
     lines += [""] + rates_table(results) + [""] + (
-        registration_paragraph() if not real(args) else [
-            "**Registration.** The claims, arms, primaries and deltas are the tiny registry's "
-            "(docs/CLAIMS.md says which primaries were chosen after the tiny results were seen); "
-            "--real-cpu changes only the budgets and the lr above, and none of its arms had run "
-            "when it was prepared.", ""])
+        registration_paragraph() if not real(args) else [DOC["real_cpu_registration"], ""])
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -1182,16 +1146,7 @@ def rates_table(results: dict) -> list[str]:
                      pct(e["eq"])])
     if not rows:
         return []
-    return [f"**The rule's error rates at the observed noise.** For each claim, d simulated "
-            f"{SIM_DRAWS:,} times as normal with the claim's per-seed sd of d over its seeds "
-            f"(numpy's default_rng, seed {SIM_SEED}: the same figures every render) and judged "
-            "by the rule above: how often it calls the paper's direction where there is no "
-            "effect (a false positive: at most 2.5% by the 95% interval alone), misses an "
-            "effect of exactly delta or of 2 delta (false negatives), and calls no effect "
-            "equivalent within delta. At an effect of exactly delta the mean falls short of "
-            "delta about half the time, so the rule misses at least half of those whatever the "
-            "seeds. The rates depend only on sd / delta and the seeds; an sd from 3 seeds is "
-            "itself rough.", ""] + lab.md_table(
+    return [DOC["rates"].format(draws=SIM_DRAWS, seed=SIM_SEED), ""] + lab.md_table(
         ["claim", "seeds", "sd of d", "P(paper's direction \\| no effect)",
          "P(not paper's direction \\| effect = delta)",
          "P(not paper's direction \\| effect = 2 delta)", "P(equivalent \\| no effect)"], rows) + (
