@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import random
 import re
@@ -39,7 +38,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its final evaluation's decoding for [CR], REPORT_DECODING)
@@ -300,11 +298,11 @@ def spo_offline(seed: int, claim_dir: str, args) -> dict:
     return {"offline": path, "q0": os.path.join(claim_dir, f"spo-s{seed}", "q0.jsonl")}
 
 
-def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads: int,
-               sizes: tuple = SIZES, tokens: int | None = None) -> dict:
+def final_eval(cache: str, model: str, seed: int, k: int, decoding: dict, size: int,
+               threads: int, sizes: tuple = SIZES, tokens: int | None = None) -> None:
     """Correct answers out of k a held-out problem (the runs' problems of this seed) and the mean
     reward of every variant (one a size, in `sizes`' order), under one decoding, at most `tokens`
-    new tokens (None: lab.eval_tokens); in a fresh process (torch state)."""
+    new tokens (None: lab.eval_tokens); in a fresh process (torch state), kept in `cache`."""
     started = time.time()
     common.setup(seed, threads)
     task = get_task("countdown")
@@ -322,7 +320,7 @@ def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads
         for v in task.REWARD_VARIANTS:
             out["rewards"].setdefault(v, []).append(scores[f"sampled/reward_{v}"])
     out["seconds"] = time.time() - started
-    return out
+    lab.write_json(cache, out)
 
 
 def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) -> list[dict]:
@@ -330,13 +328,8 @@ def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) 
     size = 20 if args.quick else REAL_CPU["final_eval_size"] if real(args) else 200
     sizes, tokens = sizes_of(args), (int(flag_of(REAL_CPU["flags"], "max-new-tokens"))
                                      if real(args) else None)
-    missing = [(m, c, s) for m, c, s in todo if not os.path.exists(c)]
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        for (_, cache, _), r in zip(missing, pool.map(
-                final_eval, *zip(*[(m, s, k, decoding, size, args.threads, sizes, tokens)
-                                   for m, _, s in missing]))):
-            lab.write_json(cache, r)
+    lab.in_processes(final_eval, [(c, m, s, k, decoding, size, args.threads, sizes, tokens)
+                                  for m, c, s in todo if not os.path.exists(c)], args.jobs)
     return [lab.read_json(c) for _, c, _ in todo]
 
 

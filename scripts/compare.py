@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shlex
 import statistics
 import sys
 import textwrap
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 # the shared runner and tables, kept importable from here too
-from lab import (ROOT, commit, evaluate, machine, mean_sd, md_table, read_json, repo_relative,
-                 run_script, side_by_side, write_json)
+from lab import (ROOT, commit, evaluate_kept, in_processes, machine, mean_sd, md_table,
+                 read_json, repo_relative, run_script, side_by_side, start_model, write_json)
 
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
@@ -110,21 +108,7 @@ def parse_args(argv=None):
     return p, args
 
 
-# -------------------------------------------------------------------------------------------------
-# Evaluating the scripts' models (lab.run_script runs the scripts)
-# -------------------------------------------------------------------------------------------------
-EVAL_FILE = "evaluation.json"  # lab.evaluate's (eval.json: an older protocol, not reused)
-
-
-def cached_eval(path: str, model_path: str, task_name: str, sizes: list[int], args,
-                seed: int) -> dict:
-    """lab.evaluate of one model with [CR]'s decoding too on Countdown, computed once and kept in
-    `path` (JSON)."""
-    if not os.path.exists(path):
-        extra = {"report": REPORT_DECODING} if task_name == REPORT_TASK else None
-        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
-                                  args.threads, sizes, extra))
-    return read_json(path)
+EVAL_FILE = "evaluation.json"  # lab.evaluate_kept's (eval.json: an older protocol, not reused)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -417,17 +401,7 @@ def main(argv=None):
     log_dir = os.path.join(out, "logs")
     os.makedirs(log_dir, exist_ok=True)
     py, started = sys.executable, time.time()
-
-    # 1. the SFT checkpoint every RL run starts from
-    if args.sft:
-        sft_path, sft_usage = os.path.abspath(args.sft), {"wall_s": float("nan"),
-                                                          "peak_rss_mb": float("nan")}
-    else:
-        sft_dir = os.path.join(out, "sft")
-        cmd = [py, "sft.py", "--task", args.task, "--model", args.model, "--out", sft_dir,
-               "--threads", str(args.threads * args.jobs)]
-        sft_usage = run_script("sft", cmd, sft_dir, log_dir)
-        sft_path = os.path.join(sft_dir, "final")
+    sft_path, sft_usage = start_model(args, out, log_dir)  # 1. where every RL run starts
 
     # 2. the RL runs, --jobs at a time
     def train(name, seed):
@@ -446,10 +420,9 @@ def main(argv=None):
     todo += [(name, finished[(name, s)][0], finished[(name, s)][1],
               os.path.join(finished[(name, s)][0], EVAL_FILE),
               os.path.join(finished[(name, s)][0], "final"), s) for name in rows for s in seeds]
-    spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: torch state is per process
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        evals = list(pool.map(cached_eval, *zip(*[(path, model, args.task, sizes, args, s)
-                                                  for _, _, _, path, model, s in todo])))
+    extra = {"report": REPORT_DECODING} if args.task == REPORT_TASK else None  # [CR]'s too
+    evals = in_processes(evaluate_kept, [(path, model, args.task, sizes, args, s, extra)
+                                         for _, _, _, path, model, s in todo], args.jobs)
     results = {"task": args.task, "variants": list(task.REWARD_VARIANTS), "runs": {}}
     for (name, run_dir, usage, *_), metrics in zip(todo, evals):
         results["runs"].setdefault(name, []).append({"dir": run_dir, "usage": usage,

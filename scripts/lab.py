@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import shlex
@@ -16,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,10 +94,38 @@ def evaluate(model_path: str, task_name: str, seed: int, k: int, size: int, thre
     return metrics
 
 
+def start_model(args, out: str, log_dir: str) -> tuple[str, dict]:
+    """The SFT checkpoint every run starts from, and its usage: --sft's (not measured here: NaN),
+    else sft.py's run from --model on --task in OUT/sft, on the threads of every run at once."""
+    if args.sft:
+        return os.path.abspath(args.sft), {"wall_s": math.nan, "peak_rss_mb": math.nan}
+    sft_dir = os.path.join(out, "sft")
+    cmd = [sys.executable, "sft.py", "--task", args.task, "--model", args.model, "--out", sft_dir,
+           "--threads", str(args.threads * args.jobs)]
+    return os.path.join(sft_dir, "final"), run_script("sft", cmd, sft_dir, log_dir)
+
+
+def evaluate_kept(path: str, model_path: str, task_name: str, sizes: list[int] | None, args,
+                  seed: int, extra: dict | None = None) -> dict:
+    """evaluate() of one model at --eval-k, --eval-size and --threads, computed once and kept in
+    `path` (JSON)."""
+    if not os.path.exists(path):
+        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
+                                  args.threads, sizes, extra))
+    return read_json(path)
+
+
 def side_by_side(fn, jobs: list, n: int) -> list:
     """fn(*job) for every job, n at a time on threads (each waits on a subprocess), in order."""
     with ThreadPoolExecutor(n) as pool:
         return list(pool.map(lambda job: fn(*job), jobs))
+
+
+def in_processes(fn, jobs: list, n: int) -> list:
+    """fn(*job) for every job, n at a time, each in a fresh interpreter (torch's state is per
+    process), in order."""
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*jobs)))
 
 
 def write_json(path: str, obj) -> None:

@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shlex
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
-from lab import (commit, evaluate, machine, mean_sd, md_table, read_json,  # noqa: E402
-                 repo_relative, run_script, side_by_side, write_json)
+from lab import (commit, evaluate_kept, in_processes, machine, mean_sd, md_table,  # noqa: E402
+                 repo_relative, run_script, side_by_side, start_model)
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -84,14 +82,6 @@ def check_args(args, parser):
     except ValueError as e:
         parser.error(str(e))
     return task, rows, seeds
-
-
-def evaluate_snapshot(path: str, model_path: str, task_name: str, args, seed: int) -> dict:
-    """lab.evaluate of one model, computed once and kept in `path`."""
-    if not os.path.exists(path):
-        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
-                                  args.threads))
-    return read_json(path)
 
 
 def last_step(run_dir: str) -> int:
@@ -188,13 +178,7 @@ def main(argv=None):
     os.makedirs(log_dir, exist_ok=True)
     py, started, minutes = sys.executable, time.time(), args.minutes
 
-    if args.sft:  # 1. the SFT checkpoint every run starts from
-        sft_path = os.path.abspath(args.sft)
-    else:
-        sft_dir = os.path.join(out, "sft")
-        run_script("sft", [py, "sft.py", "--task", args.task, "--model", args.model, "--out",
-                           sft_dir, "--threads", str(args.threads * args.jobs)], sft_dir, log_dir)
-        sft_path = os.path.join(sft_dir, "final")
+    sft_path = start_model(args, out, log_dir)[0]  # 1. where every run starts
 
     def train(name, seed, m):  # 2. one script, one seed, one time limit
         script, flags = ROWS[name]
@@ -213,10 +197,8 @@ def main(argv=None):
     for (name, s, m), run_dir in run_dirs.items():
         final = os.path.join(run_dir, "final")
         todo.append((name, m, s, os.path.join(run_dir, compare.EVAL_FILE), final))
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        evals = list(pool.map(evaluate_snapshot, *zip(*[(path, model, args.task, args, s)
-                                                        for _, _, s, path, model in todo])))
+    evals = in_processes(evaluate_kept, [(path, model, args.task, None, args, s)
+                                         for _, _, s, path, model in todo], args.jobs)
     acc = {(name, m, s): metrics for (name, m, s, *_), metrics in zip(todo, evals)}
     key = "eval{}/sampled/accuracy".format
     curves = {name: {m: {n: [acc[(name, m, s) if m else ("sft", 0.0, s)][key(n)] for s in seeds]
