@@ -1009,25 +1009,20 @@ def write_doc(args) -> str:
         f.write(text)
     os.replace(args.doc + ".tmp", args.doc)
     if args.readme:  # its one line between the markers: the count and the command
-        old = open(args.readme).read()
-        if README_START in old and README_END in old:
-            line = (f"At the scale of {SCALE}, the papers' headline claims run like for like "
-                    f"in miniature "
-                    f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
-                    f"), `python scripts/claims.py all --sft runs/sft-countdown/final{skipped}`"
-                    f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
-                    f"{own / 60:.1f} h on 2 cores for the verdicts"
-                    + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
-                    + "); one primary contrast per claim, judged by the mean over "
-                    f"{len(args.seeds)} seeds and its "
-                    f"95% interval: {summary(done, len(runnable))}, and "
-                    f"{len(CLAIMS) - len(runnable)} registered as not run here.")
-            line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
-            new = old[:old.index(README_START) + len(README_START)] + "\n" + line + "\n" + \
-                old[old.index(README_END):]
-            with open(args.readme + ".tmp", "w") as f:
-                f.write(new)
-            os.replace(args.readme + ".tmp", args.readme)
+        line = (f"At the scale of {SCALE}, the papers' headline claims run like for like "
+                f"in miniature "
+                f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
+                f"), `python scripts/claims.py all --sft runs/sft-countdown/final{skipped}`"
+                f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
+                f"{own / 60:.1f} h on 2 cores for the verdicts"
+                + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
+                + "); one primary contrast per claim, judged by the mean over "
+                f"{len(args.seeds)} seeds and its "
+                f"95% interval: {summary(done, len(runnable))}, and "
+                f"{len(CLAIMS) - len(runnable)} registered as not run here.")
+        line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
+        lab.replace_block(args.readme, README_START, README_END,
+                          f"{README_START}\n{line}\n{README_END}")
     return text
 
 

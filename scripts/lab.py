@@ -162,6 +162,28 @@ def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines[:1] + ["|---" * len(header) + "|"] + lines[1:]
 
 
+# ---- A marked block of a generated file ---------------------------------------------------------
+def block(path: str, start: str, end: str) -> str | None:
+    """The block of the file at path from the marker `start` to the marker `end`, both included;
+    None where the file or a marker is missing."""
+    text = open(path).read() if os.path.exists(path) else ""
+    if start not in text or end not in text:
+        return None
+    return text[text.index(start):text.index(end) + len(end)]
+
+
+def replace_block(path: str, start: str, end: str, new: str) -> bool:
+    """The file at path with its block (as block() reads it) replaced by `new`, written into a
+    temporary sibling and renamed; False, the file untouched, where a marker is missing."""
+    text = open(path).read()
+    if start not in text or end not in text:
+        return False
+    with open(path + ".tmp", "w") as f:
+        f.write(text[:text.index(start)] + new + text[text.index(end) + len(end):])
+    os.replace(path + ".tmp", path)
+    return True
+
+
 # ---- What made a generated doc -------------------------------------------------------------------
 def machine() -> str:
     import torch

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
 from lab import (commit, evaluate_kept, in_processes, machine, mean_sd, md_table,  # noqa: E402
-                 repo_relative, run_script, side_by_side, start_model)
+                 replace_block, repo_relative, run_script, side_by_side, start_model)
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -158,14 +158,10 @@ Optimizer steps by {args.minutes[-1]:g} minutes (mean over seeds): {step_cells}.
 
 {rows}
 {END}"""
-    with open(args.results) as f:
-        text = f.read()
-    if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(args.results, "w") as f:
-        f.write(text)
+    if not replace_block(args.results, START, END, block):  # no block yet: appended
+        text = open(args.results).read().rstrip("\n") + "\n\n" + block + "\n"
+        with open(args.results, "w") as f:
+            f.write(text)
     return block
 
 
