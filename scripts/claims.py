@@ -894,14 +894,7 @@ def write_doc(args) -> str:
         f"{time.strftime('%Y-%m-%d')}; start model `{lab.repo_relative(args.sft)}` "
         f"(sft.py's defaults, seed 0); the claims below took {took}, two runs side by side on "
         "one thread each.", "",
-        "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 200 "
-        "problems of 3 and of 4 numbers (the runs' own evaluation, 8 samples a problem), unless "
-        "the claim names another metric. \"ours\" marks a stand-in for a baseline the project "
-        "does not have. In the commands {pool} is a seed's POOL, the start model's samples "
-        f"(`topr.py {' '.join(POOL)}` with --seed S: 4,000 prompts x 8 at T = 1); {{pos}}, "
-        "{d10}, {d50}, {d67} and {d10n3} are composed from it (`claims.py:pool_files`); "
-        "{offline} and {q0} are spo-fig1's offline set (`claims.py:spo_offline`) and its online "
-        "run's Q0 estimate.", "", RULE, "", EARLIER_RULE, "",
+        DOC["figures"].replace("$pool", " ".join(POOL)), "", RULE, "", EARLIER_RULE, "",
         f"**The scale of every verdict below: {SCALE}**, not the papers' models (8B; [CR]'s "
         "0.5B) or their data. Primary contrasts: "
         f"{summary(done, len(runnable))}; registered as not run here "
@@ -1063,10 +1056,7 @@ def real_cpu_head(args, took: str, verdicts: str) -> list[str]:
         f"{REAL_CPU['archive']}/). Commit {lab.commit()}, {lab.machine()}, "
         f"{time.strftime('%Y-%m-%d')}; start model `{sft}` (sft.py's 40 steps on SmolLM2, "
         f"docs/REAL-MODEL.md); the claims below took {took}.", "",
-        "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 100 "
-        "problems of 3 numbers (the runs' own evaluation, 4 samples a problem, at most 96 new "
-        "tokens), unless the claim names another metric. The tiny model's results are in "
-        "docs/CLAIMS.md; this file never reads them.", ""] + [
+        DOC["real_cpu_figures"], ""] + [
         t.replace("--real-cpu: sized", "**What --real-cpu changes.** Sized") for t in
         real_cpu_text(ids, args)[:3]] + ["", RULE, "", EARLIER_RULE, "",
         f"**The scale of every verdict below: {REAL_CPU['scale']}.** Primary contrasts: "
