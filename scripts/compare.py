@@ -37,8 +37,8 @@ import time
 
 # the shared runner and tables, kept importable from here too
 from lab import (ROOT, block, commit, evaluate_kept, in_processes, machine, mean_sd, md_table,
-                 read_json, replace_block, repo_relative, run_script, side_by_side, start_model,
-                 write_json)
+                 read_json, replace_block, repo_relative, run_flags, run_script, side_by_side,
+                 start_model, write_json)
 
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
@@ -73,24 +73,12 @@ TIME_BLOCK = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->" 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown")
-    p.add_argument("--model", default="tiny",
-                   help="the model sft.py starts from (tiny, a folder, a hub id)")
-    p.add_argument("--sft", default=None,
-                   help="reuse this SFT checkpoint instead of running sft.py")
+    run_flags(p)  # --task, --model, --sft, --seeds, --jobs, --threads, --engine, --eval-*
     p.add_argument("--rows", default=None,
                    help="comma-separated subset of: " + ", ".join(ROWS) + " (default: all; the "
                    "report's rows on Countdown only)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for the RL runs")
     p.add_argument("--time-limit", type=common.positive_float, default=3.0, metavar="MIN",
                    help="wall-clock minutes per RL run, all included but the final evaluation")
-    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
-    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
-    p.add_argument("--engine", default="auto", choices=common.ENGINES,
-                   help="engine of the RL runs; auto: vLLM on a GPU, else kv (common.make_engine)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
     p.add_argument("--sizes", default=None,
                    help="held-out sizes, comma-separated (default: the task's)")
     p.add_argument("--out", default=None, help="folder for the runs and results.json (default: "

@@ -1,6 +1,7 @@
 """The runner every experiment script uses: one command to completion, a finished run kept; the
-scripts' own held-out evaluation of a model; JSON files; mean ± sd cells and Markdown tables; the
-machine and commit lines of a generated doc.
+flags, start model and kept held-out evaluation of an experiment from one start model; jobs side
+by side on threads or in fresh processes; JSON files; mean ± sd cells and Markdown tables; a
+marked block of a generated file; the machine and commit lines of a generated doc.
 Nothing here knows an experiment (compare.py, sweep.py, time_to_accuracy.py, claims.py do).
 """
 from __future__ import annotations
@@ -92,6 +93,27 @@ def evaluate(model_path: str, task_name: str, seed: int, k: int, size: int, thre
             metrics.update(scoring.evaluate(engine, task, problems, prompts, sampled,
                                             prefix=f"eval{n}/{name}-", all_rewards=True))
     return metrics
+
+
+def run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of an experiment that makes or takes a start model and evaluates runs from it
+    (compare.py, time_to_accuracy.py): task and start model, seeds, how the runs run, and how
+    evaluate() and start_model() read them."""
+    sys.path.insert(0, ROOT)
+    import common
+    p.add_argument("--task", default="countdown")
+    p.add_argument("--model", default="tiny",
+                   help="the model sft.py starts from (tiny, a folder, a hub id)")
+    p.add_argument("--sft", default=None,
+                   help="reuse this SFT checkpoint instead of running sft.py")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for the RL runs")
+    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
+    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="engine of the RL runs; auto: vLLM on a GPU, else kv (common.make_engine)")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems per size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
 
 
 def start_model(args, out: str, log_dir: str) -> tuple[str, dict]:

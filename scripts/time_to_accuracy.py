@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
 from lab import (commit, evaluate_kept, in_processes, machine, mean_sd, md_table,  # noqa: E402
-                 replace_block, repo_relative, run_script, side_by_side, start_model)
+                 replace_block, repo_relative, run_flags, run_script, side_by_side, start_model)
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -47,22 +47,11 @@ START, END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown")
-    p.add_argument("--model", default="tiny", help="the model sft.py starts from")
-    p.add_argument("--sft", default=None,
-                   help="reuse this SFT checkpoint instead of running sft.py")
+    run_flags(p)  # --task, --model, --sft, --seeds, --jobs, --threads, --engine, --eval-*
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: "
                    + ", ".join(ROWS))
     p.add_argument("--minutes", type=minutes_list, default=[1.0, 2.0, 5.0, 10.0],
                    help="wall-clock minutes at which each run's model is evaluated")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
-    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
-    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="engine of the runs; auto: vLLM on a GPU, else kv (common.make_engine)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
     p.add_argument("--out", default="runs/time", help="folder for the runs")
     p.add_argument("--results", default="docs/RESULTS.md",
                    help="the generated results file whose time-to-accuracy block is replaced")
