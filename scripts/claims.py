@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import random
 import re
@@ -39,7 +38,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its final evaluation's decoding for [CR], REPORT_DECODING)
@@ -49,7 +47,7 @@ from lab import ROOT, side_by_side  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/)
 from claims_registry import (  # noqa: E402
-    CLAIMS, CONCLUDE, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
+    CLAIMS, CONCLUDE, DOC, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
     QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
     REGISTRATION, ADDED, departures, label)
 import topr  # noqa: E402  (the report's lr, for --real-cpu's scaling: real_lr)
@@ -62,45 +60,13 @@ ARCHIVE = os.path.join(ROOT, "docs", "claims")  # every claim's last result.json
 LEVEL, TOST_LEVEL = 0.95, 0.90  # the interval of a difference; of no difference (TOST at 5%)
 SIM_SEED, SIM_DRAWS = 0, 10_000  # the simulation of the rule's error rates (simulate)
 MAX_SEEDS = 100  # seeds_needed looks no further
-RULE = ("Each claim has one **primary contrast**, about the paper's own method, registered before "
-        "the runs that give its verdict (the commit is named with it): d = arm - comparator, seed "
-        "by seed, signed so that the paper's direction is positive, and delta, registered with it, "
-        "the smallest difference that counts (1 point of accuracy, 0.01 of mean reward, or a "
-        "relative 25% for a ratio; its reason is given beside each claim: a share of the paper's "
-        "stated effect where the paper gives a number, the measured noise otherwise). The "
-        "verdict reads the **mean of d over the seeds with its t-interval** (n seeds, n - 1 "
-        "degrees of freedom): a claim of a difference goes the **paper's direction** if the 95% "
-        "interval lies above 0 and the mean is at least delta, the **opposite direction** if the "
-        "95% interval lies below 0 and the mean is at most -delta, and is **equivalent within "
-        "delta** if the 90% interval lies inside +-delta (two one-sided tests at 5% each, TOST: "
-        "no difference as large as delta, against the paper's claim); a claim of no difference "
-        "is **equivalent within delta** by that test, the **opposite direction** (a difference "
-        "where the paper claims none) if the 95% interval is clear of 0 and the mean at least "
-        "delta from it. Anything else is **not detected at this power**, with a rough figure "
-        "for the seeds that would decide: the fewest at which the observed mean and sd would "
-        "give a verdict (a mean as likely to fall short as not: plan for more). A 95% interval "
-        "clear of 0 with the mean short of delta is a difference too small to count, not "
-        "detected either. With 3 seeds the interval is the mean +- 4.30 sd / sqrt(3) (95%) or "
-        "+- 2.92 sd / sqrt(3) (90%), so a verdict needs an effect large against the seeds' "
-        "spread: the table of error rates after the main table gives, at each claim's observed "
-        "sd and seeds, how often the rule calls an absent effect the paper's direction and "
-        "misses one of delta or 2 delta. A claim whose runs cannot show the paper's claim "
-        "whatever d is (the start model already at the ceiling, an arm known to collapse before "
-        "the claim was registered, a check of the code) is **not testable here**, with the "
-        "reason and what the rule alone gives.")
+RULE, EARLIER_RULE = DOC["rule"], DOC["earlier_rule"]  # the doc's prose (common.toml's [doc])
 # The primary rule's verdicts (RULE), and a claim that its runs cannot test (UNTESTABLE)
 PAPERS, OPPOSITE = "paper's direction", "opposite direction"
 NOT_DETECTED, EQUIVALENT = "not detected at this power", "equivalent within delta"
 NOT_RUN = "not run yet"  # an added primary whose arms the result lacks
 UNTESTED, COLLAPSED = "not testable here", "the comparator collapsed"  # CO_CONDITIONS
 VERDICTS = (PAPERS, OPPOSITE, NOT_DETECTED, EQUIVALENT, COLLAPSED, UNTESTED)
-EARLIER_RULE = (
-    "The rule of 1987642, for the secondary contrasts: **reproduced** if the mean of d over the "
-    "seeds exceeds one sample sd, **not reproduced** if it is below minus one sd, "
-    "**inconclusive** otherwise; a claim was reproduced when every contrast was, not reproduced "
-    "when none was and one was opposite, inconclusive when all were within the noise, **partly** "
-    "otherwise. That rule has no outcome for no difference: a secondary contrast where the paper "
-    "claims none is judged as a primary of no difference is.")
 
 
 # ---- Running the arms ----------------------------------------------------------------------------
@@ -334,11 +300,11 @@ def spo_offline(seed: int, claim_dir: str, args) -> dict:
     return {"offline": path, "q0": os.path.join(claim_dir, f"spo-s{seed}", "q0.jsonl")}
 
 
-def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads: int,
-               sizes: tuple = SIZES, tokens: int | None = None) -> dict:
+def final_eval(cache: str, model: str, seed: int, k: int, decoding: dict, size: int,
+               threads: int, sizes: tuple = SIZES, tokens: int | None = None) -> None:
     """Correct answers out of k a held-out problem (the runs' problems of this seed) and the mean
     reward of every variant (one a size, in `sizes`' order), under one decoding, at most `tokens`
-    new tokens (None: lab.eval_tokens); in a fresh process (torch state)."""
+    new tokens (None: lab.eval_tokens); in a fresh process (torch state), kept in `cache`."""
     started = time.time()
     common.setup(seed, threads)
     task = get_task("countdown")
@@ -356,7 +322,7 @@ def final_eval(model: str, seed: int, k: int, decoding: dict, size: int, threads
         for v in task.REWARD_VARIANTS:
             out["rewards"].setdefault(v, []).append(scores[f"sampled/reward_{v}"])
     out["seconds"] = time.time() - started
-    return out
+    lab.write_json(cache, out)
 
 
 def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) -> list[dict]:
@@ -364,13 +330,8 @@ def final_evals(todo: list[tuple[str, str, int]], k: int, decoding: dict, args) 
     size = 20 if args.quick else REAL_CPU["final_eval_size"] if real(args) else 200
     sizes, tokens = sizes_of(args), (int(flag_of(REAL_CPU["flags"], "max-new-tokens"))
                                      if real(args) else None)
-    missing = [(m, c, s) for m, c, s in todo if not os.path.exists(c)]
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        for (_, cache, _), r in zip(missing, pool.map(
-                final_eval, *zip(*[(m, s, k, decoding, size, args.threads, sizes, tokens)
-                                   for m, _, s in missing]))):
-            lab.write_json(cache, r)
+    lab.in_processes(final_eval, [(c, m, s, k, decoding, size, args.threads, sizes, tokens)
+                                  for m, c, s in todo if not os.path.exists(c)], args.jobs)
     return [lab.read_json(c) for _, c, _ in todo]
 
 
@@ -967,14 +928,7 @@ def write_doc(args) -> str:
         f"{time.strftime('%Y-%m-%d')}; start model `{lab.repo_relative(args.sft)}` "
         f"(sft.py's defaults, seed 0); the claims below took {took}, two runs side by side on "
         "one thread each.", "",
-        "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 200 "
-        "problems of 3 and of 4 numbers (the runs' own evaluation, 8 samples a problem), unless "
-        "the claim names another metric. \"ours\" marks a stand-in for a baseline the project "
-        "does not have. In the commands {pool} is a seed's POOL, the start model's samples "
-        f"(`topr.py {' '.join(POOL)}` with --seed S: 4,000 prompts x 8 at T = 1); {{pos}}, "
-        "{d10}, {d50}, {d67} and {d10n3} are composed from it (`claims.py:pool_files`); "
-        "{offline} and {q0} are spo-fig1's offline set (`claims.py:spo_offline`) and its online "
-        "run's Q0 estimate.", "", RULE, "", EARLIER_RULE, "",
+        DOC["figures"].replace("$pool", " ".join(POOL)), "", RULE, "", EARLIER_RULE, "",
         f"**The scale of every verdict below: {SCALE}**, not the papers' models (8B; [CR]'s "
         "0.5B) or their data. Primary contrasts: "
         f"{summary(done, len(runnable))}; registered as not run here "
@@ -1016,11 +970,7 @@ def write_doc(args) -> str:
                      + "".join(f"<br>added: {verdict_text(a)}" for a in added)
                      + f" | {'; '.join(then)} |")
     lines += [""] + rates_table(results) + [""] + (
-        registration_paragraph() if not real(args) else [
-            "**Registration.** The claims, arms, primaries and deltas are the tiny registry's "
-            "(docs/CLAIMS.md says which primaries were chosen after the tiny results were seen); "
-            "--real-cpu changes only the budgets and the lr above, and none of its arms had run "
-            "when it was prepared.", ""])
+        registration_paragraph() if not real(args) else [DOC["real_cpu_registration"], ""])
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -1086,25 +1036,20 @@ def write_doc(args) -> str:
         f.write(text)
     os.replace(args.doc + ".tmp", args.doc)
     if args.readme:  # its one line between the markers: the count and the command
-        old = open(args.readme).read()
-        if README_START in old and README_END in old:
-            line = (f"At the scale of {SCALE}, the papers' headline claims run like for like "
-                    f"in miniature "
-                    f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
-                    f"), `python scripts/claims.py all --sft runs/sft-countdown/final{skipped}`"
-                    f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
-                    f"{own / 60:.1f} h on 2 cores for the verdicts"
-                    + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
-                    + "); one primary contrast per claim, judged by the mean over "
-                    f"{len(args.seeds)} seeds and its "
-                    f"95% interval: {summary(done, len(runnable))}, and "
-                    f"{len(CLAIMS) - len(runnable)} registered as not run here.")
-            line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
-            new = old[:old.index(README_START) + len(README_START)] + "\n" + line + "\n" + \
-                old[old.index(README_END):]
-            with open(args.readme + ".tmp", "w") as f:
-                f.write(new)
-            os.replace(args.readme + ".tmp", args.readme)
+        line = (f"At the scale of {SCALE}, the papers' headline claims run like for like "
+                f"in miniature "
+                f"([docs/CLAIMS.md]({os.path.relpath(args.doc, os.path.dirname(args.readme))}"
+                f"), `python scripts/claims.py all --sft runs/sft-countdown/final{skipped}`"
+                f"; {'' if len(gone) == len(set(gone)) else 'at most '}"
+                f"{own / 60:.1f} h on 2 cores for the verdicts"
+                + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
+                + "); one primary contrast per claim, judged by the mean over "
+                f"{len(args.seeds)} seeds and its "
+                f"95% interval: {summary(done, len(runnable))}, and "
+                f"{len(CLAIMS) - len(runnable)} registered as not run here.")
+        line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
+        lab.replace_block(args.readme, README_START, README_END,
+                          f"{README_START}\n{line}\n{README_END}")
     return text
 
 
@@ -1145,10 +1090,7 @@ def real_cpu_head(args, took: str, verdicts: str) -> list[str]:
         f"{REAL_CPU['archive']}/). Commit {lab.commit()}, {lab.machine()}, "
         f"{time.strftime('%Y-%m-%d')}; start model `{sft}` (sft.py's 40 steps on SmolLM2, "
         f"docs/REAL-MODEL.md); the claims below took {took}.", "",
-        "Every figure is the mean ± sd over seeds of held-out accuracy (%) at T = 1 over 100 "
-        "problems of 3 numbers (the runs' own evaluation, 4 samples a problem, at most 96 new "
-        "tokens), unless the claim names another metric. The tiny model's results are in "
-        "docs/CLAIMS.md; this file never reads them.", ""] + [
+        DOC["real_cpu_figures"], ""] + [
         t.replace("--real-cpu: sized", "**What --real-cpu changes.** Sized") for t in
         real_cpu_text(ids, args)[:3]] + ["", RULE, "", EARLIER_RULE, "",
         f"**The scale of every verdict below: {REAL_CPU['scale']}.** Primary contrasts: "
@@ -1216,16 +1158,7 @@ def rates_table(results: dict) -> list[str]:
                      pct(e["eq"])])
     if not rows:
         return []
-    return [f"**The rule's error rates at the observed noise.** For each claim, d simulated "
-            f"{SIM_DRAWS:,} times as normal with the claim's per-seed sd of d over its seeds "
-            f"(numpy's default_rng, seed {SIM_SEED}: the same figures every render) and judged "
-            "by the rule above: how often it calls the paper's direction where there is no "
-            "effect (a false positive: at most 2.5% by the 95% interval alone), misses an "
-            "effect of exactly delta or of 2 delta (false negatives), and calls no effect "
-            "equivalent within delta. At an effect of exactly delta the mean falls short of "
-            "delta about half the time, so the rule misses at least half of those whatever the "
-            "seeds. The rates depend only on sd / delta and the seeds; an sd from 3 seeds is "
-            "itself rough.", ""] + lab.md_table(
+    return [DOC["rates"].format(draws=SIM_DRAWS, seed=SIM_SEED), ""] + lab.md_table(
         ["claim", "seeds", "sd of d", "P(paper's direction \\| no effect)",
          "P(not paper's direction \\| effect = delta)",
          "P(not paper's direction \\| effect = 2 delta)", "P(equivalent \\| no effect)"], rows) + (

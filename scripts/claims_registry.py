@@ -262,7 +262,7 @@ CLAIMS = load()
 RUN = {cid: c for cid, c in CLAIMS.items() if c.get("runs", True)}  # the claims run here
 ROLES, SCALE, SIZES = COMMON["roles"], COMMON["scale"], tuple(COMMON["sizes"])
 POOL, N_MIX, SPO_EVAL = COMMON["pool"]["flags"], COMMON["pool"]["mix"], COMMON["evaluate"]["spo"]
-QUICK, EARLIER = COMMON["quick"], COMMON["earlier"]
+QUICK, EARLIER, DOC = COMMON["quick"], COMMON["earlier"], COMMON["doc"]  # DOC: prose
 REAL_CPU = COMMON["real_cpu"]  # --real-cpu: SmolLM2 on 2 cores (common.toml says what each is)
 EARLIER_CLAIMS = tuple(cid for cid, c in CLAIMS.items() if c.get("earlier"))
 # --paper-settings: by claim ("pool": POOL's run) and script, the paper's flags (later flags win)

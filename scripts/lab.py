@@ -1,6 +1,7 @@
 """The runner every experiment script uses: one command to completion, a finished run kept; the
-scripts' own held-out evaluation of a model; JSON files; mean ± sd cells and Markdown tables; the
-machine and commit lines of a generated doc.
+flags, start model and kept held-out evaluation of an experiment from one start model; jobs side
+by side on threads or in fresh processes; JSON files; mean ± sd cells and Markdown tables; a
+marked block of a generated file; the machine and commit lines of a generated doc.
 Nothing here knows an experiment (compare.py, sweep.py, time_to_accuracy.py, claims.py do).
 """
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import shlex
@@ -16,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,10 +95,59 @@ def evaluate(model_path: str, task_name: str, seed: int, k: int, size: int, thre
     return metrics
 
 
+def run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of an experiment that makes or takes a start model and evaluates runs from it
+    (compare.py, time_to_accuracy.py): task and start model, seeds, how the runs run, and how
+    evaluate() and start_model() read them."""
+    sys.path.insert(0, ROOT)
+    import common
+    p.add_argument("--task", default="countdown")
+    p.add_argument("--model", default="tiny",
+                   help="the model sft.py starts from (tiny, a folder, a hub id)")
+    p.add_argument("--sft", default=None,
+                   help="reuse this SFT checkpoint instead of running sft.py")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds for the RL runs")
+    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
+    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
+    p.add_argument("--engine", default="auto", choices=common.ENGINES,
+                   help="engine of the RL runs; auto: vLLM on a GPU, else kv (common.make_engine)")
+    p.add_argument("--eval-size", type=common.positive_int, default=200,
+                   help="held-out problems per size")
+    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
+
+
+def start_model(args, out: str, log_dir: str) -> tuple[str, dict]:
+    """The SFT checkpoint every run starts from, and its usage: --sft's (not measured here: NaN),
+    else sft.py's run from --model on --task in OUT/sft, on the threads of every run at once."""
+    if args.sft:
+        return os.path.abspath(args.sft), {"wall_s": math.nan, "peak_rss_mb": math.nan}
+    sft_dir = os.path.join(out, "sft")
+    cmd = [sys.executable, "sft.py", "--task", args.task, "--model", args.model, "--out", sft_dir,
+           "--threads", str(args.threads * args.jobs)]
+    return os.path.join(sft_dir, "final"), run_script("sft", cmd, sft_dir, log_dir)
+
+
+def evaluate_kept(path: str, model_path: str, task_name: str, sizes: list[int] | None, args,
+                  seed: int, extra: dict | None = None) -> dict:
+    """evaluate() of one model at --eval-k, --eval-size and --threads, computed once and kept in
+    `path` (JSON)."""
+    if not os.path.exists(path):
+        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
+                                  args.threads, sizes, extra))
+    return read_json(path)
+
+
 def side_by_side(fn, jobs: list, n: int) -> list:
     """fn(*job) for every job, n at a time on threads (each waits on a subprocess), in order."""
     with ThreadPoolExecutor(n) as pool:
         return list(pool.map(lambda job: fn(*job), jobs))
+
+
+def in_processes(fn, jobs: list, n: int) -> list:
+    """fn(*job) for every job, n at a time, each in a fresh interpreter (torch's state is per
+    process), in order."""
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*jobs)))
 
 
 def write_json(path: str, obj) -> None:
@@ -131,6 +182,28 @@ def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table's lines: the header, its `|---|` line, the rows."""
     lines = ["| " + " | ".join(cells) + " |" for cells in [header, *rows]]
     return lines[:1] + ["|---" * len(header) + "|"] + lines[1:]
+
+
+# ---- A marked block of a generated file ---------------------------------------------------------
+def block(path: str, start: str, end: str) -> str | None:
+    """The block of the file at path from the marker `start` to the marker `end`, both included;
+    None where the file or a marker is missing."""
+    text = open(path).read() if os.path.exists(path) else ""
+    if start not in text or end not in text:
+        return None
+    return text[text.index(start):text.index(end) + len(end)]
+
+
+def replace_block(path: str, start: str, end: str, new: str) -> bool:
+    """The file at path with its block (as block() reads it) replaced by `new`, written into a
+    temporary sibling and renamed; False, the file untouched, where a marker is missing."""
+    text = open(path).read()
+    if start not in text or end not in text:
+        return False
+    with open(path + ".tmp", "w") as f:
+        f.write(text[:text.index(start)] + new + text[text.index(end) + len(end):])
+    os.replace(path + ".tmp", path)
+    return True
 
 
 # ---- What made a generated doc -------------------------------------------------------------------

@@ -39,7 +39,7 @@ import time
 from statistics import mean, stdev
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lab import ROOT, commit, machine, md_table, run_script, side_by_side  # noqa: E402
+from lab import ROOT, block, commit, machine, md_table, run_script, side_by_side  # noqa: E402
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
 import topr  # noqa: E402
@@ -246,10 +246,8 @@ def main(argv=None):
     notes = os.path.splitext(args.doc)[0] + "-notes.md"  # the hand-written reading, appended
     if os.path.exists(notes):
         lines += ["", open(notes).read().rstrip()]
-    if os.path.exists(args.doc):  # keep the block scripts/time_to_accuracy.py writes there
-        old = open(args.doc).read()
-        if TIME_START in old and TIME_END in old:
-            lines += ["", old[old.index(TIME_START):old.index(TIME_END) + len(TIME_END)]]
+    if kept := block(args.doc, TIME_START, TIME_END):  # scripts/time_to_accuracy.py's, kept
+        lines += ["", kept]
     with open(args.doc, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shlex
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
-from lab import (commit, evaluate, machine, mean_sd, md_table, read_json,  # noqa: E402
-                 repo_relative, run_script, side_by_side, write_json)
+from lab import (commit, evaluate_kept, in_processes, machine, mean_sd, md_table,  # noqa: E402
+                 replace_block, repo_relative, run_flags, run_script, side_by_side, start_model)
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -49,22 +47,11 @@ START, END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="countdown")
-    p.add_argument("--model", default="tiny", help="the model sft.py starts from")
-    p.add_argument("--sft", default=None,
-                   help="reuse this SFT checkpoint instead of running sft.py")
+    run_flags(p)  # --task, --model, --sft, --seeds, --jobs, --threads, --engine, --eval-*
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: "
                    + ", ".join(ROWS))
     p.add_argument("--minutes", type=minutes_list, default=[1.0, 2.0, 5.0, 10.0],
                    help="wall-clock minutes at which each run's model is evaluated")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    p.add_argument("--jobs", type=common.positive_int, default=2, help="runs side by side")
-    p.add_argument("--threads", type=common.positive_int, default=1, help="torch threads per run")
-    p.add_argument("--engine", default="auto", choices=["auto", "kv", "hf", "vllm"],
-                   help="engine of the runs; auto: vLLM on a GPU, else kv (common.make_engine)")
-    p.add_argument("--eval-size", type=common.positive_int, default=200,
-                   help="held-out problems per size")
-    p.add_argument("--eval-k", type=common.positive_int, default=8, help="samples per problem")
     p.add_argument("--out", default="runs/time", help="folder for the runs")
     p.add_argument("--results", default="docs/RESULTS.md",
                    help="the generated results file whose time-to-accuracy block is replaced")
@@ -84,14 +71,6 @@ def check_args(args, parser):
     except ValueError as e:
         parser.error(str(e))
     return task, rows, seeds
-
-
-def evaluate_snapshot(path: str, model_path: str, task_name: str, args, seed: int) -> dict:
-    """lab.evaluate of one model, computed once and kept in `path`."""
-    if not os.path.exists(path):
-        write_json(path, evaluate(model_path, task_name, seed, args.eval_k, args.eval_size,
-                                  args.threads))
-    return read_json(path)
 
 
 def last_step(run_dir: str) -> int:
@@ -168,14 +147,10 @@ Optimizer steps by {args.minutes[-1]:g} minutes (mean over seeds): {step_cells}.
 
 {rows}
 {END}"""
-    with open(args.results) as f:
-        text = f.read()
-    if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(args.results, "w") as f:
-        f.write(text)
+    if not replace_block(args.results, START, END, block):  # no block yet: appended
+        text = open(args.results).read().rstrip("\n") + "\n\n" + block + "\n"
+        with open(args.results, "w") as f:
+            f.write(text)
     return block
 
 
@@ -188,13 +163,7 @@ def main(argv=None):
     os.makedirs(log_dir, exist_ok=True)
     py, started, minutes = sys.executable, time.time(), args.minutes
 
-    if args.sft:  # 1. the SFT checkpoint every run starts from
-        sft_path = os.path.abspath(args.sft)
-    else:
-        sft_dir = os.path.join(out, "sft")
-        run_script("sft", [py, "sft.py", "--task", args.task, "--model", args.model, "--out",
-                           sft_dir, "--threads", str(args.threads * args.jobs)], sft_dir, log_dir)
-        sft_path = os.path.join(sft_dir, "final")
+    sft_path = start_model(args, out, log_dir)[0]  # 1. where every run starts
 
     def train(name, seed, m):  # 2. one script, one seed, one time limit
         script, flags = ROWS[name]
@@ -213,10 +182,8 @@ def main(argv=None):
     for (name, s, m), run_dir in run_dirs.items():
         final = os.path.join(run_dir, "final")
         todo.append((name, m, s, os.path.join(run_dir, compare.EVAL_FILE), final))
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        evals = list(pool.map(evaluate_snapshot, *zip(*[(path, model, args.task, args, s)
-                                                        for _, _, s, path, model in todo])))
+    evals = in_processes(evaluate_kept, [(path, model, args.task, None, args, s)
+                                         for _, _, s, path, model in todo], args.jobs)
     acc = {(name, m, s): metrics for (name, m, s, *_), metrics in zip(todo, evals)}
     key = "eval{}/sampled/accuracy".format
     curves = {name: {m: {n: [acc[(name, m, s) if m else ("sft", 0.0, s)][key(n)] for s in seeds]

@@ -146,7 +146,7 @@ def test_a_corrupt_evaluation_file_is_named_in_one_line(tmp_path):
     bad = tmp_path / "eval.json"
     bad.write_text('{"eval3/greedy/accuracy": 0.')
     with pytest.raises(SystemExit, match="eval.json is unreadable"):
-        compare.cached_eval(str(bad), "unused", "countdown", [3], None, 0)
+        compare.evaluate_kept(str(bad), "unused", "countdown", [3], None, 0)
 
 
 FUZZ = {"--time-limit": ["x", "-1", "0", "nan", "inf", ""], "--jobs": ["x", "-1", "0", "1.5", ""],
