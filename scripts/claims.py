@@ -685,18 +685,23 @@ def run_name(path: str) -> str:
 
 def minutes(results: list[dict]) -> float:
     """Wall clock of the runs and final evaluations behind these results, each counted once, run
-    --jobs side by side; a run's name is resolved against the repository's root (run_name)."""
+    --jobs side by side; a run's name is resolved against the repository's root (run_name). A
+    run counts from its record (usage.json, an evaluation's file) where that is in this
+    checkout; a result whose runs are not all here counts its kept minutes (a run under way,
+    or one another claim shares, is not its record)."""
     seen, total = set(), 0.0
     for r in results:
-        paths = {os.path.join(ROOT, path) for path in r["runs"]}
-        if not any(os.path.exists(path) for path in paths):  # an archived result alone
+        records = {os.path.join(ROOT, x): os.path.join(ROOT, x) if x.endswith(".json")
+                   else os.path.join(ROOT, x, "usage.json") for x in r["runs"]}
+        here = {path for path, record in records.items() if os.path.exists(record)}
+        if "minutes_kept" not in r and here != set(records):  # an archived result
             total += 60 * r.get("minutes", 0.0) * r["jobs"]
             continue
         total += 60 * r.get("minutes_kept", 0.0) * r["jobs"]  # kept seeds run elsewhere
-        for path in paths - seen:
+        for path in here - seen:
             seen.add(path)
-            total += lab.read_json(path).get("seconds", 0) if path.endswith(".json") else \
-                lab.read_json(os.path.join(path, "usage.json"))["wall_s"]
+            record = lab.read_json(records[path])
+            total += record.get("seconds", 0) if path.endswith(".json") else record["wall_s"]
     return total / 60 / max(r["jobs"] for r in results) if results else 0.0
 
 

@@ -131,6 +131,9 @@ def test_a_result_names_its_runs_from_the_repository_and_is_read_from_any_folder
     assert claims.minutes([claims.verdict_runs("agro-fig2", r, args)]) == pytest.approx(10)
     old = dict(r, runs=[str(tmp_path / n) for n in names])  # as results named them before
     assert claims.minutes([old]) == pytest.approx(12)
+    os.makedirs(tmp_path / "runs" / "claims" / "agro-fig2" / "rloo-s1")  # a run under way
+    kept = dict(r, runs=[*names, "runs/claims/agro-fig2/rloo-s1"])  # its record not here
+    assert claims.minutes([kept]) == pytest.approx(99.0)  # the kept minutes, not 12
 
 
 def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch, capsys):
