@@ -482,9 +482,11 @@ def run_claim(cid: str, args) -> dict:
     here = lab.commit()
     p = {s: files[s].get("p") for s in args.seeds}
     commits = {s: here for s in args.seeds}
-    if kept:  # the kept figures, as the kept result holds them, beside this run's
-        held = {int(s): {a: f[a] for a in commands if a in f} for s, f in kept["figures"].items()}
+    if kept:  # the kept figures, as the kept result holds them, beside this run's; a kept
+        # arm this run skips (a probe, under --skip-probes) keeps its seeds and its contrasts
+        held = {int(s): f for s, f in kept["figures"].items()}
         m = {s: {**held.get(s, {}), **m.get(s, {})} for s in {*held, *m}}
+        commands = {**kept["commands"], **commands}
         p = {**{int(s): v for s, v in kept["p"].items()}, **{s: v for s, v in p.items() if v}}
         commits = {**{int(s): c for s, c in kept_commits(kept).items()},
                    **({} if getattr(args, "arms", None) else commits)}
@@ -494,6 +496,9 @@ def run_claim(cid: str, args) -> dict:
     for text, fn, *role in claim["contrasts"]:  # with a role: shown, not in the earlier verdict
         d = [fn(m[s]) for s in seeds]
         contrasts.append(secondary(text, d, role[0] if role else "", args.quick))
+    if kept:  # a kept contrast of arms this run skips, over the seeds it was made on
+        contrasts += [c for c in kept["contrasts"]
+                      if c["text"] not in {x["text"] for x in contrasts}]
     result = {"claim": cid, "seeds": seeds, "quick": args.quick,
               "runs": sorted({run_name(x) for x in runs}), "jobs": args.jobs, "figures": m,
               "p": p, "contrasts": contrasts, "commands": commands,
@@ -712,7 +717,8 @@ def verdict_runs(cid: str, r: dict, args) -> dict:
     return dict(r, runs=[x for x in r["runs"] if run_name(x) not in probes
                          and os.path.dirname(run_name(x)) not in probes],
                 minutes=r.get("verdict_minutes", r.get("minutes", 0.0)),
-                minutes_kept=r.get("verdict_minutes_kept", r.get("minutes_kept", 0.0)))
+                **({"minutes_kept": r.get("verdict_minutes_kept", r["minutes_kept"])}
+                   if "minutes_kept" in r else {}))
 
 
 def t_quantile(level: float, df: int) -> float:
@@ -853,7 +859,7 @@ def arm_table(cid: str, r: dict) -> list[str]:
              "peak": "start", "none": "none0", **{f"acc{n}": f"start{n}" for n in SIZES}}
     lines = ["| arm | " + " | ".join(c for c, _ in cols) + " | steps | command (+ --model START "
              "--seed S) |", "|---" * (len(cols) + 3) + "|"]
-    first = next(iter(r["commands"]))
+    first = next(a for a in r["commands"] if all(a in r["figures"][s] for s in seeds))
     lines.append("| start model | " + " | ".join(
         ms([get(r["figures"][s][first], start.get(k, "")) for s in seeds],
            digits * (k == "score") or 1) for _, k in cols)
@@ -862,10 +868,13 @@ def arm_table(cid: str, r: dict) -> list[str]:
         role = label(CLAIMS[cid]["arms"][arm])
         if CLAIMS[cid]["arms"][arm].role == "probe":
             role += "; post hoc, added in " + (CLAIMS[cid]["arms"][arm].added or "?")
+        ran = [s for s in seeds if arm in r["figures"][s]]  # a kept probe: its seeds alone
+        if ran != seeds:
+            role += f"; seed{'s' * (len(ran) > 1)} {', '.join(ran)}"
         lines.append(f"| {arm} ({role}) | " + " | ".join(
-            ms([get(r["figures"][s][arm], k) for s in seeds], digits * (k == "score") or 1)
+            ms([get(r["figures"][s][arm], k) for s in ran], digits * (k == "score") or 1)
             for _, k in cols)
-            + f" | {r['figures'][seeds[0]][arm]['steps']} | `{' '.join(cmd)}` |")
+            + f" | {r['figures'][ran[0]][arm]['steps']} | `{' '.join(cmd)}` |")
     return lines
 
 
@@ -895,7 +904,8 @@ def plot(cid: str, r: dict, path: str) -> None:
         for arm in arms:
             name, pt = arm.rsplit("-pt", 1)
             groups.setdefault(name, []).append((float(pt), [r["figures"][s][arm]["acc"]
-                                                            for s in seeds]))
+                                                            for s in seeds
+                                                            if arm in r["figures"][s]]))
         for name, pts in groups.items():
             xs, ys = zip(*pts)
             ax.errorbar(xs, [statistics.mean(y) for y in ys], capsize=3, marker="o",
@@ -906,7 +916,7 @@ def plot(cid: str, r: dict, path: str) -> None:
     else:  # accuracy (pass@k for [SPO]) along training, or against KL; mean over seeds
         key = "pass" if cid == "spo-fig1" else "acc"
         for arm in arms:
-            curves = [r["figures"][s][arm]["curve"] for s in seeds]
+            curves = [r["figures"][s][arm]["curve"] for s in seeds if arm in r["figures"][s]]
             n = min(len(c) for c in curves)
             ys = [statistics.mean(c[i][key] for c in curves) for i in range(n)]
             xs = [curves[0][i]["step"] for i in range(n)]

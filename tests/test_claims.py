@@ -223,6 +223,20 @@ def test_an_arm_added_to_a_claim_runs_alone_beside_the_kept_arms(tmp_path, monke
     assert r["seed_commits"] == {0: "old", 1: "old", 2: "old"}
     assert r["arm_commits"] == {"b0.5": "new"}
     assert claims.results_at(r) == "; results at old; arm b0.5 added at new"
+    kept = json.loads((kept_dir / "agro-fig6.json").read_text())
+    kept["figures"]["0"]["probe"] = dict(kept["figures"]["0"]["b0"], acc=-1.0)  # seed 0 alone
+    kept["commands"]["probe"] = ["agro.py", "--probe"]
+    kept["contrasts"].append({"text": "probe - b0", "d": [-21.0], "verdict": "-", "probe": True,
+                              "role": "probe"})
+    (kept_dir / "agro-fig6.json").write_text(json.dumps(kept))
+    monkeypatch.setitem(claims.CLAIMS["agro-fig6"]["arms"], "probe", claims.CLAIMS[
+        "agro-fig6"]["arms"]["b0"]._replace(flags=["--probe"], role="probe", added="abc"))
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [3]}))
+    assert r["figures"][0]["probe"]["acc"] == -1.0 and "probe" not in r["figures"][3]
+    assert r["contrasts"][-1]["d"] == [-21.0]  # a kept probe's contrast, as it was
+    row = next(x for x in claims.arm_table("agro-fig6", json.loads(json.dumps(r)))
+               if x.startswith("| probe "))
+    assert "; seed 0) | -1.0 |" in row  # its one seed, named
 
 
 def test_each_evaluations_kl_is_the_mean_of_the_batches_since_the_last_one(tmp_path):
