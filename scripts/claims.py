@@ -47,8 +47,8 @@ from lab import ROOT, side_by_side  # noqa: E402
 from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/)
 from claims_registry import (  # noqa: E402
-    CLAIMS, CONCLUDE, DOC, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX, PAPER_SETTINGS, POOL,
-    QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
+    CLAIMS, CONCLUDE, CONCLUDE_REAL_CPU, DOC, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX,
+    PAPER_SETTINGS, POOL, QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
     REGISTRATION, ADDED, departures, label)
 import topr  # noqa: E402  (the report's lr, for --real-cpu's scaling: real_lr)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
@@ -1041,8 +1041,9 @@ def write_doc(args) -> str:
             lines += ["", f"![{cid}]({os.path.basename(png)})"]
         if cid in earlier["claims"]:
             lines += [""] + earlier_section(cid, earlier)
-        if cid in CONCLUDE:  # the section's last sentence: what the runs let a reader conclude
-            lines += ["", f"**What to conclude.** {CONCLUDE[cid]}"]
+        conclude = (CONCLUDE_REAL_CPU if real(args) else CONCLUDE).get(cid)  # each scale's
+        if conclude:  # the section's last sentence: what the runs let a reader conclude
+            lines += ["", f"**What to conclude.** {conclude}"]
     notes = f"{args.doc[:-3]}-notes.md"  # docs/CLAIMS-notes.md beside docs/CLAIMS.md
     if os.path.exists(notes):
         lines += ["", open(notes).read().rstrip()]

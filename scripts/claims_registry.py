@@ -276,6 +276,8 @@ REGISTRATION = {cid: (c["registration"]["how"], c["registration"]["what"])
 UNTESTABLE = {cid: c["verdict"]["untestable"] for cid, c in RUN.items()
               if "untestable" in c["verdict"]}
 CONCLUDE = {cid: c["verdict"]["conclude"] for cid, c in RUN.items()}
+CONCLUDE_REAL_CPU = {cid: c["verdict"]["conclude_real_cpu"] for cid, c in RUN.items()
+                     if "conclude_real_cpu" in c["verdict"]}  # SmolLM2's runs (--real-cpu)
 CO_CONDITIONS = {cid: c["co_condition"] for cid, c in RUN.items() if "co_condition" in c}
 # Primaries added after results were seen, beside the registered ones (Added), by claim
 ADDED = {cid: c["added_primaries"] for cid, c in RUN.items() if c["added_primaries"]}
