@@ -39,7 +39,8 @@ import time
 from statistics import mean, stdev
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lab import ROOT, block, commit, machine, md_table, run_script, side_by_side  # noqa: E402
+from lab import (ROOT, commit, machine, md_table, run_commands, script_command,  # noqa: E402
+                 write_doc)
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
 import topr  # noqa: E402
@@ -124,33 +125,26 @@ PASS_KEYS = [(f"eval{n}/pass@8", f"{n}: pass@8") for n in SIZES]  # [SPO]'s dive
 # [CR] Table 1: "average score" (mean reward at T = 0.15 decoding) of the base Qwen2.5-0.5B.
 CR_TABLE1 = {"sft": 0.3385, "report: original": 0.2270, "report: A": 0.4060,
              "report: A then B": 0.4849}
-TIME_START, TIME_END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 
 
 # ---- Running: every row and seed, two side by side ---------------------------------------------
-def run(name: str, seed: int, args) -> dict:
-    """One run to completion (or the finished one in its folder): its evaluation rows."""
-    script, flags, _ = args.commands[name]
-    slug = "".join(c for c in name.replace(" ", "_") if c.isalnum() or c in "_-.")
-    out = os.path.join(args.out, f"{slug}-s{seed}")
-    limit = ["--time-limit", f"{args.minutes:g}"] if args.minutes else []
-    cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads", "1",
-           *limit, "--out", out, *flags]
-    run_script(os.path.basename(out), cmd, out, args.out)
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    evals = [r for r in rows if KEYS[0][0] in r]
-    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"], "curve": evals,
-            "out": out}
-
-
 def run_all(names: list[str], seeds: list[int], args) -> dict:
-    """name -> its runs' results, seed by seed."""
-    jobs = [(name, seed) for name in names for seed in seeds]
-    done = side_by_side(lambda name, seed: run(name, seed, args), jobs, 2)
+    """name -> its runs, seed by seed, each to completion (or the finished one in its folder): its
+    own first and last evaluation, its steps, its evaluations along the way."""
+    runs = {}  # (name, seed) -> its folder, named by the name's letters, digits and _-.
+    for name in names:
+        slug = "".join(c for c in name.replace(" ", "_") if c.isalnum() or c in "_-.")
+        runs.update({(name, seed): os.path.join(args.out, f"{slug}-s{seed}") for seed in seeds})
+    run_commands({out: script_command(*args.commands[name][:2], args.sft, seed, out, args,
+                                      args.minutes) for (name, seed), out in runs.items()},
+                 2, args.out)
     results = {}
-    for (name, _), r in zip(jobs, done):
-        results.setdefault(name, []).append(r)
+    for (name, _), out in runs.items():
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        evals = [r for r in rows if KEYS[0][0] in r]
+        results.setdefault(name, []).append({"first": evals[0], "last": evals[-1], "curve": evals,
+                                             "steps": rows[-1]["step"], "out": out})
     return results
 
 
@@ -215,6 +209,7 @@ def main(argv=None):
     args.minutes = args.minutes or minutes
     args.out = os.path.abspath(args.out or os.path.join("runs", args.sweep))
     args.sft = os.path.abspath(args.sft)
+    args.task, args.threads, args.engine = "countdown", 1, "auto"  # every run: one thread each
     names = args.rows.split(",") if args.rows else list(args.commands)
     unknown = [n for n in names if n not in args.commands]
     if unknown or (args.sweep == "agro-spo" and "rloo" not in names):
@@ -242,15 +237,8 @@ def main(argv=None):
         lines.append(f"| {name} | " + " | ".join([cell([r["last"][k] for r in runs])
                                                  for k, _ in keys] + extra[name])
                      + f" | {args.commands[name][2]} |")
-    lines += more
-    notes = os.path.splitext(args.doc)[0] + "-notes.md"  # the hand-written reading, appended
-    if os.path.exists(notes):
-        lines += ["", open(notes).read().rstrip()]
-    if kept := block(args.doc, TIME_START, TIME_END):  # scripts/time_to_accuracy.py's, kept
-        lines += ["", kept]
-    with open(args.doc, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += more  # then the hand-written reading and time_to_accuracy.py's block (lab.write_doc)
+    print(write_doc(args.doc, "\n".join(lines)))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import compare  # noqa: E402
+import lab  # noqa: E402
 
 
 def _fake_run(tmp_path, name, accs):
@@ -146,7 +147,7 @@ def test_a_corrupt_evaluation_file_is_named_in_one_line(tmp_path):
     bad = tmp_path / "eval.json"
     bad.write_text('{"eval3/greedy/accuracy": 0.')
     with pytest.raises(SystemExit, match="eval.json is unreadable"):
-        compare.evaluate_kept(str(bad), "unused", "countdown", [3], None, 0)
+        lab.evaluate_kept(str(bad), "unused", "countdown", [3], None, 0)
 
 
 FUZZ = {"--time-limit": ["x", "-1", "0", "nan", "inf", ""], "--jobs": ["x", "-1", "0", "1.5", ""],
@@ -160,7 +161,7 @@ def test_cli_fuzz_every_bad_value_is_one_line_and_status_2(flag, value, tmp_path
                                                             monkeypatch):
     def no_run(*a):
         raise AssertionError(f"{flag} {value!r} was accepted and a run started")
-    monkeypatch.setattr(compare, "run_script", no_run)
+    monkeypatch.setattr(lab, "run_script", no_run)  # lab's runner: sft.py's run and every row's
     with pytest.raises(SystemExit) as e:
         compare.main([flag, value, "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err.strip().splitlines()
