@@ -205,6 +205,14 @@ def test_sweep_writes_each_rows_gain_as_a_share_of_rloos(tmp_path, monkeypatch):
     assert "- spo-b0.2: `python spo.py --beta 0.2`" in lines
 
 
+def test_sweep_rows_are_read_from_docs_sweeps_toml_with_the_reports_setting_first():
+    rows = sweep.SWEEPS["topr-report"]["rows"]
+    assert rows["report: A"] == ("topr.py", ["--report-variant", "A"], "[CR] Table 1 row")
+    assert rows["exp 1: wrong = 0 (reward B)"][:2] == ("topr.py", sweep.REPORT + ["--reward", "B"])
+    assert "--lr=0.0001" in sweep.REPORT  # [CR] §4.1's setting, topr.py's REPORT_SETTING
+    assert sweep.SWEEPS["agro-spo"]["minutes"] == 5 and "minutes" not in sweep.SWEEPS["topr-report"]
+
+
 @pytest.mark.parametrize("args,message", [
     (["agro-spo", "--rows", "spo-b0.2"], "(rloo included)"),
     (["topr-report", "--rows", "nope"], "unknown ['nope']"),
