@@ -1044,13 +1044,7 @@ def write_doc(args) -> str:
         conclude = (CONCLUDE_REAL_CPU if real(args) else CONCLUDE).get(cid)  # each scale's
         if conclude:  # the section's last sentence: what the runs let a reader conclude
             lines += ["", f"**What to conclude.** {conclude}"]
-    notes = f"{args.doc[:-3]}-notes.md"  # docs/CLAIMS-notes.md beside docs/CLAIMS.md
-    if os.path.exists(notes):
-        lines += ["", open(notes).read().rstrip()]
-    text = "\n".join(lines) + "\n"
-    with open(args.doc + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(args.doc + ".tmp", args.doc)
+    text = lab.write_doc(args.doc, "\n".join(lines))  # docs/CLAIMS-notes.md after it
     if args.readme:  # its one line between the markers: the count and the command
         line = (f"At the scale of {SCALE}, the papers' headline claims run like for like "
                 f"in miniature "

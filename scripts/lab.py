@@ -1,7 +1,8 @@
 """The runner every experiment script uses: one command to completion, a finished run kept; the
-flags, start model and kept held-out evaluation of an experiment from one start model; jobs side
-by side on threads or in fresh processes; JSON files; mean ± sd cells and Markdown tables; a
-marked block of a generated file; the machine and commit lines of a generated doc.
+flags, start model, commands, runs and kept held-out evaluations of an experiment from one start
+model; jobs side by side on threads or in fresh processes; JSON files; mean ± sd cells and
+Markdown tables; a generated doc written with its notes, and a marked block of one; the machine
+and commit lines of a generated doc.
 Nothing here knows an experiment (compare.py, sweep.py, time_to_accuracy.py, claims.py do).
 """
 from __future__ import annotations
@@ -150,6 +151,41 @@ def in_processes(fn, jobs: list, n: int) -> list:
         return list(pool.map(fn, *zip(*jobs)))
 
 
+EVAL_FILE = "evaluation.json"  # evaluate_kept's in a run's folder (eval.json: an older protocol)
+
+
+def script_command(script: str, flags: list[str], start: str, seed: int, out: str, args,
+                   minutes: float | None = None) -> list[str]:
+    """The command of one run of an algorithm script from the start model, into `out`: the
+    experiment's --task, --threads and --engine, --time-limit `minutes` (None: the script's own
+    budget, run to its end), then the row's flags."""
+    limit = ["--time-limit", f"{minutes:g}"] if minutes else []
+    return [sys.executable, script, "--task", args.task, "--model", start, "--out", out,
+            "--seed", str(seed), "--threads", str(args.threads), "--engine", args.engine, *limit,
+            *flags]
+
+
+def run_commands(commands: dict, n: int, log_dir: str) -> dict:
+    """Every command {run folder: command} to completion (run_script: a finished run kept), n side
+    by side: {run folder: its usage}."""
+    folders = list(commands)
+    usage = side_by_side(lambda out: run_script(os.path.basename(out), commands[out], out, log_dir),
+                         [(out,) for out in folders], n)
+    return dict(zip(folders, usage))
+
+
+def evaluate_runs(start: str, runs: dict, seeds: list[int], out: str, sizes: list[int] | None,
+                  args, extra: dict | None = None) -> tuple[dict, dict]:
+    """evaluate_kept of the start model at every seed (kept in OUT/sft-sSEED-evaluation.json) and
+    of every run's final model (runs: {run folder: its seed}; kept in the run's folder), --jobs at
+    a time in fresh processes: ({seed: the start model's figures}, {run folder: its figures})."""
+    todo = [(os.path.join(out, f"sft-s{s}-{EVAL_FILE}"), start, s) for s in seeds]
+    todo += [(os.path.join(d, EVAL_FILE), os.path.join(d, "final"), s) for d, s in runs.items()]
+    evals = in_processes(evaluate_kept, [(path, model, args.task, sizes, args, s, extra)
+                                         for path, model, s in todo], args.jobs)
+    return dict(zip(seeds, evals)), dict(zip(runs, evals[len(seeds):]))
+
+
 def write_json(path: str, obj) -> None:
     """Written into a temporary sibling and renamed: an interrupted run never leaves half a file."""
     with open(path + ".tmp", "w") as f:
@@ -204,6 +240,29 @@ def replace_block(path: str, start: str, end: str, new: str) -> bool:
         f.write(text[:text.index(start)] + new + text[text.index(end) + len(end):])
     os.replace(path + ".tmp", path)
     return True
+
+
+TIME_BLOCK = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"  # its markers
+
+
+def write_doc(path: str, text: str) -> str:
+    """A generated doc, written whole: `text` (its lines joined, no newline after the last), then
+    its hand-written reading (PATH-notes.md beside it) where there is one, then the
+    time-to-accuracy block it holds (time_to_accuracy.py's) as it is, a blank line between each;
+    into a temporary sibling and renamed. Returns what it wrote."""
+    parts = [text]
+    notes = os.path.splitext(path)[0] + "-notes.md"
+    if os.path.exists(notes):
+        with open(notes) as f:
+            parts.append(f.read().rstrip())
+    if kept := block(path, *TIME_BLOCK):
+        parts.append(kept)
+    text = "\n\n".join(parts) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+    return text
 
 
 # ---- What made a generated doc -------------------------------------------------------------------

@@ -191,11 +191,7 @@ def render() -> None:
     lines += ["", "## Commands", ""] + [f"- {r['arm']} seed {r['seed']}: `{r['cmd']}`"
                                         for r in results]
     write_readme_block(start, arms)
-    notes = os.path.join(ROOT, "docs", "REAL-MODEL-notes.md")
-    if os.path.exists(notes):
-        lines += ["", open(notes).read().rstrip()]
-    with open(DOC, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    lab.write_doc(DOC, "\n".join(lines))  # docs/REAL-MODEL-notes.md after it
     print(f"wrote {lab.repo_relative(DOC)}")
 
 

@@ -3,11 +3,12 @@
     python scripts/sweep.py topr-report --sft runs/sft-countdown-TIME/final   # ~40 min, 2 cores
     python scripts/sweep.py agro-spo --sft runs/sft-countdown-TIME/final      # ~40 min, 2 cores
 
-Every row is one command of an algorithm script from the same SFT checkpoint, for each of --seeds,
-two runs side by side on one thread each, run by scripts/lab.py's runner (a finished run is kept,
-so an interrupted sweep goes on where it stopped). The table gives each run's held-out
-accuracy at its end (its own last evaluation: 200 problems a size, greedy and 8 samples at T = 1),
-mean ± sd over seeds, beside the SFT model's; the hand-written reading (DOC-notes.md) is appended.
+Every row (data in docs/sweeps.toml) is one command of an algorithm script from the same SFT
+checkpoint, for each of --seeds, two runs side by side on one thread each, run by scripts/lab.py's
+runner (a finished run is kept, so an interrupted sweep goes on where it stopped). The table gives
+each run's held-out accuracy at its end (its own last evaluation: 200 problems a size, greedy and 8
+samples at T = 1), mean ± sd over seeds, beside the SFT model's; the hand-written reading
+(DOC-notes.md) is appended.
 
   topr-report  docs/RESULTS-topr-report.md: [CR]'s three TOPR rows as the report ran them (Table 1,
                §3.6 Eq. 4) and the experiments that explain their order; each run to its end.
@@ -36,87 +37,36 @@ import os
 import shlex
 import sys
 import time
+import tomllib
 from statistics import mean, stdev
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lab import ROOT, block, commit, machine, md_table, run_script, side_by_side  # noqa: E402
+from lab import (ROOT, commit, machine, md_table, run_commands, script_command,  # noqa: E402
+                 write_doc)
 sys.path.insert(0, ROOT)
 import common  # noqa: E402
 import topr  # noqa: E402
 
-# ---- The sweeps: name -> (script, flags, what the row tests) ------------------------------------
+# ---- The sweeps: data in docs/sweeps.toml -------------------------------------------------------
+SWEEPS_FILE = os.path.join(ROOT, "docs", "sweeps.toml")
 REPORT = [f"--{k.replace('_', '-')}={v}" for k, v in topr.REPORT_SETTING.items()]  # [CR] §4.1
-TOPR_REPORT = {
-    "report: original": ("topr.py", ["--report-variant", "original"], "[CR] Table 1 row"),
-    "report: A": ("topr.py", ["--report-variant", "A"], "[CR] Table 1 row"),
-    "report: A then B": ("topr.py", ["--report-variant", "A+B", "--eval-every", "16"],
-                         "[CR] Table 1 row"),
-    "exp 1: wrong = 0 (reward B)": ("topr.py", REPORT + ["--reward", "B"], "what the +0.1 does"),
-    "exp 1: wrong = -1 (pm1)": ("topr.py", REPORT + ["--reward", "pm1", "--c", "0", "--split", "1"],
-                                "what the +0.1 does"),  # [CR] Eq. 4's c and split, not pm1's
-    "exp 2: mu at T = 1": ("topr.py", ["--report-variant", "original", "--temperature", "1",
-                                       "--top-p", "1"], "T = 0.15 against T = 1"),
-    "exp 3: A, two rounds": ("topr.py", ["--report-variant", "A", "--iterations", "2"],
-                             "does B add to A"),
-    **{f"defaults, lr {lr}": ("topr.py", ["--lr", lr], "topr.py's --lr")
-       for lr in ("1e-4", "5e-5", "3e-5")},
-    **{f"defaults, lr 5e-5, {name}": ("topr.py", ["--lr", "5e-5", *flags], tests) for name, flags,
-       tests in [("10 rounds", ["--iterations", "10"], "more rounds"),
-                 ("c = -0.5", ["--c", "-0.5"], "topr.py's --c"),
-                 ("mu at T = 0.7", ["--temperature", "0.7"], "topr.py's --temperature"),
-                 ("1000 prompts x 4", ["--prompts", "1000", "--group-size", "4"],
-                  "topr.py's --prompts / --group-size"),
-                 ("c = -0.9", ["--c", "-0.9"], "topr.py's --c, p~ higher"),
-                 ("uniform, every sample", ["--sampling", "uniform", "--keep", "0"],
-                  "topr.py's --sampling / --keep: the former default")]},
-}
-ON, OFF = ["--mode", "onpolicy"], ["--mode", "offpolicy"]  # agro.py's two modes
-AGRO_SPO = {
-    "rloo": ("rloo.py", [], "the reference"),
-    "rloo-b0.05": ("rloo.py", ["--beta", "0.05"], "RLOO with the KL in the reward (§8.1)"),
-    "spo-b0.5": ("spo.py", ["--beta", "0.5"], "spo.py's former default"),
-    "spo-b0.087": ("spo.py", ["--beta", "0.087"], "the paper's beta, 1/ln 1e5"),
-    "spo-b0.087-p1024-q16": ("spo.py", ["--beta", "0.087", "--train-size", "1024",
-                                        "--q0-samples", "16"],
-                             "4x the prompts, 1/4 the Q0 samples"),
-    "agro-off-b0.3": ("agro.py", OFF + ["--beta", "0.3", "--sizes", "3", "--eval-every", "25"],
-                      "agro.py's former off-policy default (3-number puzzles)"),
-    "agro-off-b0.1-s34": ("agro.py", OFF + ["--beta", "0.1", "--sizes", "3,4", "--eval-every",
-                                            "50"], "off-policy, smaller beta, both sizes"),
-    "agro-on-b0.5-default": ("agro.py", ON + ["--beta", "0.5", "--lambda-lr", "1", "--sizes", "3",
-                                              "--eval-every", "50"],
-                             "agro.py's former on-policy default (beta 0.5, lambda_LR 1)"),
-    **{name: ("agro.py", ON + ["--beta", "0.05", "--lambda-lr", lam, "--sizes", "3,4",
-                               "--eval-every", "50", *flags], tests)
-       for name, lam, flags, tests in [
-           ("agro-on-b0.05-k0", "0", [], "on-policy, no g_LR (= RLOO with the KL in the reward, "
-            "§8.1)"),
-           ("agro-on-b0.05-k0.25", "0.025", [], "on-policy, g_LR at lambda_LR = beta / 2"),
-           ("agro-on-b0.05-k0.25-lr1.2e-4", "0.025", ["--lr", "1.2e-4"],
-            "on-policy at twice the lr"),
-           ("agro-on-b0.05-k0.25-p64n4", "0.025", ["--prompts", "64", "--group-size", "4"],
-            "on-policy, rloo.py's 64 prompts x 4")]},
-    "agro-off-b0.3-s34": ("agro.py", OFF + ["--beta", "0.3", "--sizes", "3,4", "--eval-every",
-                                            "50"], "off-policy at beta 0.3, both sizes"),
-    "spo-b0.2": ("spo.py", ["--beta", "0.2"], "beta between the paper's and 0.5"),
-    "spo-b0.087-lr1.2e-4": ("spo.py", ["--beta", "0.087", "--lr", "1.2e-4"],
-                            "the paper's beta at twice the lr"),
-}
-SWEEPS = {  # name: (rows, default seeds and minutes (None: each run to its end), doc, title, intro)
-    "topr-report": (
-        TOPR_REPORT, "0,1,2", None, "docs/RESULTS-topr-report.md",
-        "TOPR as [CR] ran it, and why its rows come in their order",
-        "Held-out accuracy (%) after training, mean ± sd over seeds; [CR]'s Table 1 figure is its "
-        "mean reward at T = 0.15 with the base Qwen2.5-0.5B (not comparable in scale, only in "
-        "order)."),
-    "agro-spo": (
-        AGRO_SPO, "0", 5.0, "docs/RESULTS-agro-spo.md",
-        "agro.py and spo.py beside rloo.py: the runs their defaults come from",
-        "Each run: MINUTES minutes of wall clock, one thread, two runs side by side; held-out "
-        "accuracy (%) at its end, 200 problems a size, sampled = 8 samples at T = 1 (pass@8 from "
-        "the same 8); mean ± sd over seeds. \"% of rloo\" is the run's gain in sampled points "
-        "over the SFT model as a share of rloo.py's (3 / 4 numbers)."),
-}
+
+
+def load_sweeps() -> dict:
+    """name -> its settings (seeds, minutes, doc, title, intro) and rows, each row's name ->
+    (script, flags, what the row tests); a row with report_setting has REPORT before its flags."""
+    with open(SWEEPS_FILE, "rb") as f:
+        sweeps = tomllib.load(f)
+    for sweep in sweeps.values():
+        for name, row in sweep["rows"].items():
+            script, *flags = shlex.split(row["command"])
+            before = REPORT if row.get("report_setting") else []
+            sweep["rows"][name] = (script, before + flags, row["tests"])
+    return sweeps
+
+
+SWEEPS = load_sweeps()
+
 SIZES = (3, 4)
 KEYS = [(f"eval{n}/{mode}/accuracy", f"{n}: {label}") for n in SIZES
         for mode, label in (("greedy", "greedy"), ("sampled", "T=1"))]
@@ -124,33 +74,26 @@ PASS_KEYS = [(f"eval{n}/pass@8", f"{n}: pass@8") for n in SIZES]  # [SPO]'s dive
 # [CR] Table 1: "average score" (mean reward at T = 0.15 decoding) of the base Qwen2.5-0.5B.
 CR_TABLE1 = {"sft": 0.3385, "report: original": 0.2270, "report: A": 0.4060,
              "report: A then B": 0.4849}
-TIME_START, TIME_END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
 
 
 # ---- Running: every row and seed, two side by side ---------------------------------------------
-def run(name: str, seed: int, args) -> dict:
-    """One run to completion (or the finished one in its folder): its evaluation rows."""
-    script, flags, _ = args.commands[name]
-    slug = "".join(c for c in name.replace(" ", "_") if c.isalnum() or c in "_-.")
-    out = os.path.join(args.out, f"{slug}-s{seed}")
-    limit = ["--time-limit", f"{args.minutes:g}"] if args.minutes else []
-    cmd = [sys.executable, script, "--model", args.sft, "--seed", str(seed), "--threads", "1",
-           *limit, "--out", out, *flags]
-    run_script(os.path.basename(out), cmd, out, args.out)
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    evals = [r for r in rows if KEYS[0][0] in r]
-    return {"first": evals[0], "last": evals[-1], "steps": rows[-1]["step"], "curve": evals,
-            "out": out}
-
-
 def run_all(names: list[str], seeds: list[int], args) -> dict:
-    """name -> its runs' results, seed by seed."""
-    jobs = [(name, seed) for name in names for seed in seeds]
-    done = side_by_side(lambda name, seed: run(name, seed, args), jobs, 2)
+    """name -> its runs, seed by seed, each to completion (or the finished one in its folder): its
+    own first and last evaluation, its steps, its evaluations along the way."""
+    runs = {}  # (name, seed) -> its folder, named by the name's letters, digits and _-.
+    for name in names:
+        slug = "".join(c for c in name.replace(" ", "_") if c.isalnum() or c in "_-.")
+        runs.update({(name, seed): os.path.join(args.out, f"{slug}-s{seed}") for seed in seeds})
+    run_commands({out: script_command(*args.commands[name][:2], args.sft, seed, out, args,
+                                      args.minutes) for (name, seed), out in runs.items()},
+                 2, args.out)
     results = {}
-    for (name, _), r in zip(jobs, done):
-        results.setdefault(name, []).append(r)
+    for (name, _), out in runs.items():
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            rows = [json.loads(line) for line in f]
+        evals = [r for r in rows if KEYS[0][0] in r]
+        results.setdefault(name, []).append({"first": evals[0], "last": evals[-1], "curve": evals,
+                                             "steps": rows[-1]["step"], "out": out})
     return results
 
 
@@ -210,11 +153,13 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="run folder (default runs/SWEEP)")
     p.add_argument("--doc", default=None, help="the generated file (default: the sweep's)")
     args = p.parse_args(argv)
-    args.commands, seeds, minutes, doc, title, intro = SWEEPS[args.sweep]
-    args.seeds, args.doc = args.seeds or seeds, args.doc or doc
-    args.minutes = args.minutes or minutes
+    sweep = SWEEPS[args.sweep]
+    args.commands, args.seeds = sweep["rows"], args.seeds or sweep["seeds"]
+    args.minutes = args.minutes or sweep.get("minutes")  # none: each run to its end
+    args.doc = args.doc or sweep["doc"]
     args.out = os.path.abspath(args.out or os.path.join("runs", args.sweep))
     args.sft = os.path.abspath(args.sft)
+    args.task, args.threads, args.engine = "countdown", 1, "auto"  # every run: one thread each
     names = args.rows.split(",") if args.rows else list(args.commands)
     unknown = [n for n in names if n not in args.commands]
     if unknown or (args.sweep == "agro-spo" and "rloo" not in names):
@@ -230,9 +175,9 @@ def main(argv=None):
     keys = KEYS + (PASS_KEYS if args.sweep == "agro-spo" else [])
     limit = f" --minutes {args.minutes:g}" if args.minutes else ""
     first = next(iter(results.values()))
-    lines = [f"# {title}", "", f"Generated by `python scripts/sweep.py {args.sweep} --sft SFT "
-             f"--seeds {args.seeds}{limit}` (SFT: `{os.path.relpath(args.sft, ROOT)}`); do not "
-             "edit. " + intro.replace("MINUTES", f"{args.minutes or 0:g}"), "",
+    lines = [f"# {sweep['title']}", "", f"Generated by `python scripts/sweep.py {args.sweep} --sft "
+             f"SFT --seeds {args.seeds}{limit}` (SFT: `{os.path.relpath(args.sft, ROOT)}`); do not "
+             "edit. " + sweep["intro"].replace("MINUTES", f"{args.minutes or 0:g}"), "",
              f"Commit {commit()}, {time.strftime('%Y-%m-%d %H:%M %Z')}; machine: {machine()}.", "",
              "| row | " + " | ".join([label for _, label in keys] + head) + " | tests |",
              "|---" * (len(keys) + len(head) + 2) + "|",
@@ -242,15 +187,8 @@ def main(argv=None):
         lines.append(f"| {name} | " + " | ".join([cell([r["last"][k] for r in runs])
                                                  for k, _ in keys] + extra[name])
                      + f" | {args.commands[name][2]} |")
-    lines += more
-    notes = os.path.splitext(args.doc)[0] + "-notes.md"  # the hand-written reading, appended
-    if os.path.exists(notes):
-        lines += ["", open(notes).read().rstrip()]
-    if kept := block(args.doc, TIME_START, TIME_END):  # scripts/time_to_accuracy.py's, kept
-        lines += ["", kept]
-    with open(args.doc, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += more  # then the hand-written reading and time_to_accuracy.py's block (lab.write_doc)
+    print(write_doc(args.doc, "\n".join(lines)))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (its argument checks and plot colours)
 from compare import common, get_task  # noqa: E402
-from lab import (commit, evaluate_kept, in_processes, machine, mean_sd, md_table,  # noqa: E402
-                 replace_block, repo_relative, run_flags, run_script, side_by_side, start_model)
+from lab import (TIME_BLOCK, commit, evaluate_runs, machine, mean_sd, md_table,  # noqa: E402
+                 replace_block, repo_relative, run_commands, run_flags, script_command,
+                 start_model)
 
 # name -> (script, flags): each script's defaults (agro: each of its two modes) without its
 # cap on steps or iterations, so that --time-limit ends the run; rloo keeps its --steps, the length
@@ -42,7 +43,7 @@ ROWS = {"rloo": ("rloo.py", []), "topr": ("topr.py", ["--iterations", "1000"]),
         "agro-onpolicy": ("agro.py", ["--mode", "onpolicy", "--steps", "1000000"]),  # its default
         "agro-offpolicy": ("agro.py", ["--mode", "offpolicy", "--steps", "1000000"]),
         "spo": ("spo.py", ["--steps", "1000000"])}
-START, END = "<!-- time-to-accuracy:start -->", "<!-- time-to-accuracy:end -->"
+START, END = TIME_BLOCK  # the block of --results this writes
 
 
 def parse_args(argv=None):
@@ -161,35 +162,23 @@ def main(argv=None):
     out = os.path.abspath(args.out)
     log_dir = os.path.join(out, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    py, started, minutes = sys.executable, time.time(), args.minutes
-
+    started, minutes = time.time(), args.minutes
     sft_path = start_model(args, out, log_dir)[0]  # 1. where every run starts
 
-    def train(name, seed, m):  # 2. one script, one seed, one time limit
-        script, flags = ROWS[name]
-        run_dir = os.path.join(out, f"{name}-s{seed}-{m:g}min")
-        cmd = [py, script, "--task", args.task, "--model", sft_path, "--out", run_dir,
-               "--seed", str(seed), "--threads", str(args.threads), "--engine", args.engine,
-               "--time-limit", f"{m:g}", *flags]
-        run_script(os.path.basename(run_dir), cmd, run_dir, log_dir)
-        return run_dir
-    jobs = [(name, s, m) for s in seeds for name in rows for m in minutes]
-    run_dirs = dict(zip(jobs, side_by_side(train, jobs, args.jobs)))
+    # 2. each script, seed and time limit: one run
+    runs = {(name, s, m): os.path.join(out, f"{name}-s{s}-{m:g}min")
+            for s in seeds for name in rows for m in minutes}
+    run_commands({d: script_command(*ROWS[name], sft_path, s, d, args, m)
+                  for (name, s, m), d in runs.items()}, args.jobs, log_dir)
 
     # 3. every snapshot, and the SFT model, evaluated the same way
-    todo = [("sft", 0.0, s, os.path.join(out, f"sft-s{s}-{compare.EVAL_FILE}"), sft_path)
-            for s in seeds]
-    for (name, s, m), run_dir in run_dirs.items():
-        final = os.path.join(run_dir, "final")
-        todo.append((name, m, s, os.path.join(run_dir, compare.EVAL_FILE), final))
-    evals = in_processes(evaluate_kept, [(path, model, args.task, None, args, s)
-                                         for _, _, s, path, model in todo], args.jobs)
-    acc = {(name, m, s): metrics for (name, m, s, *_), metrics in zip(todo, evals)}
+    sft, evals = evaluate_runs(sft_path, {d: s for (_, s, _), d in runs.items()}, seeds, out, None,
+                               args)
     key = "eval{}/sampled/accuracy".format
-    curves = {name: {m: {n: [acc[(name, m, s) if m else ("sft", 0.0, s)][key(n)] for s in seeds]
+    curves = {name: {m: {n: [(evals[runs[name, s, m]] if m else sft[s])[key(n)] for s in seeds]
                          for n in task.SIZES} for m in [0.0] + minutes}
               for name in rows}  # minute 0: the SFT model every run starts from
-    steps = {name: [last_step(run_dirs[name, s, minutes[-1]]) for s in seeds] for name in rows}
+    steps = {name: [last_step(runs[name, s, minutes[-1]]) for s in seeds] for name in rows}
     print(write_block(args, argv, curves, list(task.SIZES), seeds, steps))
     print(f"[time_to_accuracy] {time.time() - started:.0f} s in all; {args.results}")
 

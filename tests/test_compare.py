@@ -9,6 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import compare  # noqa: E402
+import lab  # noqa: E402
 
 
 def _fake_run(tmp_path, name, accs):
@@ -146,7 +147,7 @@ def test_a_corrupt_evaluation_file_is_named_in_one_line(tmp_path):
     bad = tmp_path / "eval.json"
     bad.write_text('{"eval3/greedy/accuracy": 0.')
     with pytest.raises(SystemExit, match="eval.json is unreadable"):
-        compare.evaluate_kept(str(bad), "unused", "countdown", [3], None, 0)
+        lab.evaluate_kept(str(bad), "unused", "countdown", [3], None, 0)
 
 
 FUZZ = {"--time-limit": ["x", "-1", "0", "nan", "inf", ""], "--jobs": ["x", "-1", "0", "1.5", ""],
@@ -160,7 +161,7 @@ def test_cli_fuzz_every_bad_value_is_one_line_and_status_2(flag, value, tmp_path
                                                             monkeypatch):
     def no_run(*a):
         raise AssertionError(f"{flag} {value!r} was accepted and a run started")
-    monkeypatch.setattr(compare, "run_script", no_run)
+    monkeypatch.setattr(lab, "run_script", no_run)  # lab's runner: sft.py's run and every row's
     with pytest.raises(SystemExit) as e:
         compare.main([flag, value, "--out", str(tmp_path / "c")])
     err = capsys.readouterr().err.strip().splitlines()
@@ -202,6 +203,14 @@ def test_sweep_writes_each_rows_gain_as_a_share_of_rloos(tmp_path, monkeypatch):
     assert rows["| rloo"] == ["50.0"] * 6 + ["100 / 100", "9", "0.50", "the reference |"]
     assert rows["| spo-b0.2"][:9] == ["40.0"] * 6 + ["50 / 50", "9", "0.50"]
     assert "- spo-b0.2: `python spo.py --beta 0.2`" in lines
+
+
+def test_sweep_rows_are_read_from_docs_sweeps_toml_with_the_reports_setting_first():
+    rows = sweep.SWEEPS["topr-report"]["rows"]
+    assert rows["report: A"] == ("topr.py", ["--report-variant", "A"], "[CR] Table 1 row")
+    assert rows["exp 1: wrong = 0 (reward B)"][:2] == ("topr.py", sweep.REPORT + ["--reward", "B"])
+    assert "--lr=0.0001" in sweep.REPORT  # [CR] §4.1's setting, topr.py's REPORT_SETTING
+    assert sweep.SWEEPS["agro-spo"]["minutes"] == 5 and "minutes" not in sweep.SWEEPS["topr-report"]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -47,3 +47,22 @@ def test_cells_and_tables():
     assert lab.mean_sd([0.3]) == "0.3" and lab.mean_sd([1.0, float("nan")]) == "-"
     assert lab.md_table(["a", "b"], [["1", "2"]]) == ["| a | b |", "|---|---|", "| 1 | 2 |"]
     assert lab.side_by_side(lambda x, y: x * y, [(2, 3), (4, 5)], 2) == [6, 20]
+
+
+def test_a_generated_doc_gets_its_notes_and_keeps_the_time_to_accuracy_block(tmp_path):
+    doc = tmp_path / "RESULTS.md"
+    start, end = lab.TIME_BLOCK
+    doc.write_text(f"old\n\n{start}\nminutes\n{end}\n")
+    (tmp_path / "RESULTS-notes.md").write_text("## Notes\n\nby hand.\n\n")
+    text = lab.write_doc(str(doc), "# New\n\n| a |")
+    assert text == doc.read_text()
+    assert text == f"# New\n\n| a |\n\n## Notes\n\nby hand.\n\n{start}\nminutes\n{end}\n"
+
+
+def test_every_command_runs_once_and_a_finished_one_is_kept(tmp_path):
+    starts = tmp_path / "starts"
+    commands = {str(tmp_path / name): [sys.executable, "-c", SCRIPT, str(tmp_path / name),
+                                       str(starts), "ok"] for name in ("a-s0", "b-s0")}
+    usage = lab.run_commands(commands, 2, str(tmp_path))
+    assert list(usage) == list(commands) and starts.read_text() == "xx"
+    assert lab.run_commands(commands, 2, str(tmp_path)) == usage and starts.read_text() == "xx"
