@@ -48,8 +48,8 @@ from tasks import get_task, scoring  # noqa: E402
 import claims_registry  # noqa: E402  (the claims as data: docs/claims/registry/)
 from claims_registry import (  # noqa: E402
     CLAIMS, CONCLUDE, CONCLUDE_REAL_CPU, DOC, EARLIER, EARLIER_CLAIMS, HEADLINE, N_MIX,
-    PAPER_SETTINGS, POOL, QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE, DELTA_WHY, CO_CONDITIONS,
-    REGISTRATION, ADDED, departures, label)
+    PAPER_SETTINGS, POOL, QUICK, REAL_CPU, REGISTERED, SCALE, SIZES, SPO_EVAL, UNTESTABLE,
+    DELTA_WHY, CO_CONDITIONS, REGISTRATION, ADDED, departures, label)
 import topr  # noqa: E402  (the report's lr, for --real-cpu's scaling: real_lr)
 PTILDE, c_for = claims_registry.PTILDE, claims_registry.c_for  # read as claims.c_for (tests)
 
@@ -383,6 +383,7 @@ def pass_k(counts: list[int], n: int, k: int) -> float:
 def run_claim(cid: str, args) -> dict:
     """Every arm of one claim for every seed, then its figures, contrasts and verdict."""
     claim, claim_dir = dict(CLAIMS[cid]), os.path.join(args.out, cid)
+    here = lab.commit()  # the code the runs start from, before any checkout during them
     if args.skip_probes:  # the claim's own arms and contrasts alone (and an added primary's)
         needed = {a for x in ADDED.get(cid, []) for a in x.fn.used}
         claim["arms"] = {a: v for a, v in claim["arms"].items()
@@ -440,7 +441,6 @@ def run_claim(cid: str, args) -> dict:
                     i = sizes_of(args).index(4)
                     m[s][a].update(score4=after["rewards"]["original"][i],
                                    score4_0=before["rewards"]["original"][i])
-    here = lab.commit()
     p = {s: files[s].get("p") for s in args.seeds}
     commits = {s: here for s in args.seeds}
     if kept:  # the kept figures, as the kept result holds them, beside this run's; a kept
@@ -523,6 +523,25 @@ def kept_result(cid: str, commands: dict, args) -> dict | None:
                              f"({','.join(map(str, seeds))}): run it for them first (--arms {a}"
                              f" --seeds {','.join(map(str, seeds))})")
     return kept
+
+
+def added_runs(results: dict) -> str:
+    """The seeds and arms added to kept results after their first runs, for the doc's command."""
+    more, arms = {}, [cid for cid, r in results.items() if r.get("arm_commits")]
+    for cid, r in results.items():
+        if extra := [str(s) for s in r["seeds"] if int(s) not in (0, 1, 2)]:
+            more.setdefault(",".join(extra), []).append(cid)
+    parts = [f"`{' '.join(v)} --seeds {k}` added those seeds" for k, v in more.items()]
+    parts += [f"`--arms` added the arms of an added primary to {', '.join(arms)}"] if arms else []
+    return ("; then, one claim at a time, " + "; ".join(parts) + ", each to the claim's kept "
+            "result in docs/claims/ (each section names its seeds and their commits)"
+            if parts else "")
+
+
+def seed_counts(results: dict) -> str:
+    """How many seeds the results' verdicts read: "3", or "3 to 5" where sessions added some."""
+    n = sorted({len(r["seeds"]) for r in results.values() if r["seeds"]})
+    return f"{n[0]}" if len(n) == 1 else f"{n[0]} to {n[-1]}" if n else "no"
 
 
 def refuse(why: str):
@@ -939,7 +958,8 @@ def write_doc(args) -> str:
         f"Command: `python scripts/claims.py all --sft {lab.repo_relative(args.sft)}{skipped}"
         + (f" --seeds {','.join(map(str, args.seeds))}" if args.seeds != [0, 1, 2] else "")
         + "` (each claim alone: its id instead of `all`; `--render-only` rebuilds this file from "
-        "the runs' result.json). Commit " + lab.commit() + f", {lab.machine()}, "
+        f"the runs' result.json{added_runs(results)}). Commit " + lab.commit()
+        + f", {lab.machine()}, "
         f"{time.strftime('%Y-%m-%d')}; start model `{lab.repo_relative(args.sft)}` "
         f"(sft.py's defaults, seed 0); the claims below took {took}, two runs side by side on "
         "one thread each.", "",
@@ -956,8 +976,9 @@ def write_doc(args) -> str:
         "|---|---|---|---|---|---|"]
     for cid, claim in CLAIMS.items():
         r, digits = results.get(cid), claim.get("digits", 1)
-        differs = "<br>".join(f"{knob}: {paper} -> {ours}"
-                              for knob, paper, ours in departures(cid))
+        differs = "<br>".join(  # the seeds as run: sessions add seeds to a kept result
+            f"{knob}: {paper} -> {len(r['seeds']) if knob == 'seeds' and r else ours}"
+            for knob, paper, ours in departures(cid))
         if cid in gone_here:  # --real-cpu: no counterpart at this scale
             lines.append(f"| {claim['paper']} | {claim['says']} | {differs} | | not run at this "
                          f"scale: {gone_here[cid]} | |")
@@ -1054,7 +1075,7 @@ def write_doc(args) -> str:
                 f"{own / 60:.1f} h on 2 cores for the verdicts"
                 + (f", {total / 60:.1f} h with the investigations" if not unprobed else "")
                 + "); one primary contrast per claim, judged by the mean over "
-                f"{len(args.seeds)} seeds and its "
+                f"{seed_counts(results)} seeds and its "
                 f"95% interval: {summary(done, len(runnable))}, and "
                 f"{len(CLAIMS) - len(runnable)} registered as not run here.")
         line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
@@ -1093,9 +1114,9 @@ def real_cpu_head(args, took: str, verdicts: str) -> list[str]:
         "# The papers' claims at the real model's scale (SmolLM2-135M-Instruct, 2 CPU cores)", "",
         "<!-- generated by scripts/claims.py --real-cpu: edit docs/CLAIMS-real-cpu-notes.md or "
         "the script -->", "",
-        f"Command: `python scripts/claims.py all --sft {sft} --real-cpu`"
+        f"Command: `python scripts/claims.py all --sft {sft} --real-cpu"
         + (f" --seeds {','.join(map(str, args.seeds))}" if args.seeds != [0, 1, 2] else "")
-        + " (each claim alone: its id instead of `all`; `--dry-run` prints every command; "
+        + "` (each claim alone: its id instead of `all`; `--dry-run` prints every command; "
         "`--render-only` rebuilds this file from the runs' result.json, kept in "
         f"{REAL_CPU['archive']}/). Commit {lab.commit()}, {lab.machine()}, "
         f"{time.strftime('%Y-%m-%d')}; start model `{sft}` (sft.py's 40 steps on SmolLM2, "
