@@ -1006,7 +1006,8 @@ def write_doc(args) -> str:
                      + "".join(f"<br>added: {verdict_text(a)}" for a in added)
                      + f" | {'; '.join(then)} |")
     lines += [""] + rates_table(results) + [""] + (
-        registration_paragraph() if not real(args) else [DOC["real_cpu_registration"], ""])
+        registration_paragraph() + real_cpu_beside(results) if not real(args)
+        else [DOC["real_cpu_registration"], ""])
     for cid in [c for c in CLAIMS if c in results or c in earlier["claims"]]:
         claim, r = CLAIMS[cid], results.get(cid)
         if r is None:  # registered at 1987642, not yet run again
@@ -1166,6 +1167,29 @@ def registration_paragraph() -> list[str]:
             "of topr-fig6 and topr-fig7 (the paper's method must end at or above its start, or "
             f"the verdict is **{COLLAPSED}**) were added after their results were seen."
             + "".join(after), ""]
+
+
+def real_cpu_beside(results: dict) -> list[str]:
+    """The claims --real-cpu has run on SmolLM2 (their kept results), each beside the tiny
+    model's primary: a table for the tiny doc, nothing where none has run."""
+    folder, rows = os.path.join(ROOT, REAL_CPU["archive"]), []
+    for cid in CLAIMS:
+        path = os.path.join(folder, f"{cid}.json")
+        if not os.path.exists(path):
+            continue
+        real_r, digits = lab.read_json(path), CLAIMS[cid].get("digits", 1)
+        p, tiny = primary_of(cid, real_r), results.get(cid, {}).get("primary")
+        rows.append([f"[{cid}](#{cid})", CLAIMS[cid]["primary"][0],
+                     (f"{estimate(tiny, digits)}; {verdict_text(tiny, bold=False)}" if tiny
+                      else NOT_RUN), f"{estimate(p, digits)}; {verdict_text(p, bold=False)}"])
+    if not rows:
+        return []
+    return ["**Beside the real model.** The claims `--real-cpu` has run on SmolLM2-135M-Instruct "
+            "(docs/CLAIMS-real-cpu.md: 3-number puzzles, about 20-30 steps of 32 samples, lr "
+            "scaled per script), each primary beside the tiny model's; the rule is the same.",
+            ""] + lab.md_table(["claim", "primary contrast", "tiny: mean d [95% interval] "
+                                "(per seed); verdict", "SmolLM2: mean d [95% interval] "
+                                "(per seed); verdict"], rows) + [""]
 
 
 def rates_table(results: dict) -> list[str]:

@@ -868,3 +868,22 @@ def test_the_real_cpu_doc_renders_not_run_for_every_claim_with_no_results(tmp_pa
     assert [line for line in text.splitlines() if line.startswith("| [CR] Table 2 |")][0].count(
         "not run at this scale: its primary compares mean reward on 4-number puzzles") == 1
     assert "The earlier runs" not in doc.read_text()
+
+
+def test_the_real_models_runs_sit_beside_the_tiny_verdicts(tmp_path, monkeypatch):
+    """A claim --real-cpu has run (its kept result in docs/claims/real-cpu/) gets a row beside
+    the tiny model's primary in docs/CLAIMS.md, judged by the same rule; none, no table."""
+    monkeypatch.setattr(claims, "ROOT", str(tmp_path))
+    assert claims.real_cpu_beside({}) == []
+    kept = json.load(open(os.path.join(claims.ARCHIVE, "cr-s51.json")))
+    for s, f in kept["figures"].items():  # SmolLM2's: B ends 0.1 below its start every seed
+        f["B"].update(score0=0.3, score=0.2 - 0.01 * int(s))
+    os.makedirs(tmp_path / claims.REAL_CPU["archive"])
+    (tmp_path / claims.REAL_CPU["archive"] / "cr-s51.json").write_text(json.dumps(kept))
+    tiny = {"cr-s51": {"primary": claims.primary_of("cr-s51", json.load(
+        open(os.path.join(claims.ARCHIVE, "cr-s51.json"))))}}
+    lines = claims.real_cpu_beside(tiny)
+    row = next(x for x in lines if x.startswith("| [cr-s51]"))
+    assert "SFT - B, mean reward" in row
+    assert row.count("not detected at this power") == 1  # the tiny model's
+    assert "mean 0.110 [" in row and "paper's direction" in row  # SmolLM2's: B fell, d > delta
