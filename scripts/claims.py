@@ -1185,8 +1185,9 @@ def real_cpu_beside(results: dict) -> list[str]:
     if not rows:
         return []
     return ["**Beside the real model.** The claims `--real-cpu` has run on SmolLM2-135M-Instruct "
-            "(docs/CLAIMS-real-cpu.md: 3-number puzzles, about 20-30 steps of 32 samples, lr "
-            "scaled per script), each primary beside the tiny model's; the rule is the same.",
+            "([docs/CLAIMS-real-cpu.md](CLAIMS-real-cpu.md): 3-number puzzles, about 20-30 "
+            "steps of 32 samples, lr scaled per script), each primary beside the tiny model's; "
+            "the rule is the same.",
             ""] + lab.md_table(["claim", "primary contrast", "tiny: mean d [95% interval] "
                                 "(per seed); verdict", "SmolLM2: mean d [95% interval] "
                                 "(per seed); verdict"], rows) + [""]
