@@ -1078,7 +1078,8 @@ def write_doc(args) -> str:
                 + "); one primary contrast per claim, judged by the mean over "
                 f"{seed_counts(results)} seeds and its "
                 f"95% interval: {summary(done, len(runnable))}, and "
-                f"{len(CLAIMS) - len(runnable)} registered as not run here.")
+                f"{len(CLAIMS) - len(runnable)} registered as not run here."
+                + real_cpu_line(args))
         line = "\n".join(textwrap.wrap(line, 100, break_on_hyphens=False))
         lab.replace_block(args.readme, README_START, README_END,
                           f"{README_START}\n{line}\n{README_END}")
@@ -1167,6 +1168,19 @@ def registration_paragraph() -> list[str]:
             "of topr-fig6 and topr-fig7 (the paper's method must end at or above its start, or "
             f"the verdict is **{COLLAPSED}**) were added after their results were seen."
             + "".join(after), ""]
+
+
+def real_cpu_line(args) -> str:
+    """The README's words on the claims --real-cpu has run on SmolLM2, if any."""
+    folder = os.path.join(ROOT, REAL_CPU["archive"])
+    done = {c: primary_of(c, lab.read_json(os.path.join(folder, f"{c}.json")))["verdict"]
+            for c in CLAIMS if os.path.exists(os.path.join(folder, f"{c}.json"))}
+    if not done:
+        return ""
+    doc = os.path.relpath(os.path.join(ROOT, REAL_CPU["doc"]), os.path.dirname(args.readme))
+    return (f" On SmolLM2-135M-Instruct, {len(done)} claim{'s' * (len(done) > 1)} run so far "
+            f"([{REAL_CPU['doc']}]({doc}), `--real-cpu`): "
+            + ", ".join(f"{c} {v.split(' (')[0]}" for c, v in done.items()) + ".")
 
 
 def real_cpu_beside(results: dict) -> list[str]:

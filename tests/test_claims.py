@@ -874,7 +874,7 @@ def test_the_real_models_runs_sit_beside_the_tiny_verdicts(tmp_path, monkeypatch
     """A claim --real-cpu has run (its kept result in docs/claims/real-cpu/) gets a row beside
     the tiny model's primary in docs/CLAIMS.md, judged by the same rule; none, no table."""
     monkeypatch.setattr(claims, "ROOT", str(tmp_path))
-    assert claims.real_cpu_beside({}) == []
+    assert claims.real_cpu_beside({}) == [] and claims.real_cpu_line(None) == ""
     kept = json.load(open(os.path.join(claims.ARCHIVE, "cr-s51.json")))
     for s, f in kept["figures"].items():  # SmolLM2's: B ends 0.1 below its start every seed
         f["B"].update(score0=0.3, score=0.2 - 0.01 * int(s))
@@ -887,3 +887,7 @@ def test_the_real_models_runs_sit_beside_the_tiny_verdicts(tmp_path, monkeypatch
     assert "SFT - B, mean reward" in row
     assert row.count("not detected at this power") == 1  # the tiny model's
     assert "(0.100, 0.110, 0.120" in row and "paper's direction" in row  # SmolLM2's: B fell
+    readme = argparse.Namespace(readme=str(tmp_path / "README.md"))
+    assert claims.real_cpu_line(readme) == (
+        " On SmolLM2-135M-Instruct, 1 claim run so far ([docs/CLAIMS-real-cpu.md]"
+        "(docs/CLAIMS-real-cpu.md), `--real-cpu`): cr-s51 paper's direction.")
