@@ -499,29 +499,25 @@ def kept_result(cid: str, commands: dict, args) -> dict | None:
     path, arms = os.path.join(archive(args), f"{cid}.json"), getattr(args, "arms", None) or []
     kept = lab.read_json(path) if os.path.exists(path) and not args.quick else None
     if unknown := [a for a in arms if a not in commands]:
-        refuse(f"{cid} has no arm {unknown[0]!r} here; its arms: "
-                         + ", ".join(commands))
+        refuse(f"{cid} has no arm {unknown[0]!r} here; its arms: " + ", ".join(commands))
     if kept is not None and (kept["quick"] or not arms and {int(s) for s in kept["seeds"]}
                              <= set(args.seeds)):
         kept = None
     if kept is None and not arms:
         return None
     seeds = sorted({*map(int, kept["seeds"] if kept else []), *args.seeds})
+    listed = ",".join(map(str, seeds))
     for a, cmd in commands.items():
         if kept and a in kept["commands"] and kept["commands"][a] != cmd:
-            refuse(
-                f"{cid}: its kept result ({lab.repo_relative(path)}) ran arm {a} as "
-                f"{kept['commands'][a]}, now {cmd}: run every seed again "
-                f"(--seeds {','.join(map(str, seeds))})")
+            refuse(f"{cid}: its kept result ({lab.repo_relative(path)}) ran arm {a} as "
+                   f"{kept['commands'][a]}, now {cmd}: run every seed again (--seeds {listed})")
         if a in arms and any(a not in kept["figures"][str(s)] for s in seeds
                              if s not in args.seeds):
-            refuse(f"{cid}: an added arm runs for every kept seed: "
-                             f"--arms {a} --seeds {','.join(map(str, seeds))}")
+            refuse(f"{cid}: an added arm runs for every kept seed: --arms {a} --seeds {listed}")
         if a not in arms and any(a not in (kept or {}).get("figures", {}).get(str(s), {})
                                  for s in seeds if s not in args.seeds or arms):
-            refuse(f"{cid}: arm {a} has no kept figures for every seed "
-                             f"({','.join(map(str, seeds))}): run it for them first (--arms {a}"
-                             f" --seeds {','.join(map(str, seeds))})")
+            refuse(f"{cid}: arm {a} has no kept figures for every seed ({listed}): run it "
+                   f"for them first (--arms {a} --seeds {listed})")
     return kept
 
 
