@@ -467,11 +467,12 @@ def run_claim(cid: str, args) -> dict:
     if getattr(args, "arms", None) or (kept and "arm_commits" in kept):  # arms added later
         result["arm_commits"] = {**(kept or {}).get("arm_commits", {}),
                                  **{a: here for a in getattr(args, "arms", None) or []}}
-    if kept:  # the kept seeds' minutes, where their runs are not in this checkout
-        result["minutes_kept"], result["verdict_minutes_kept"] = (
-            kept.get(k + "_kept", 0.0) if any(os.path.exists(os.path.join(ROOT, x))
-                                              for x in kept["runs"]) else kept.get(k, 0.0)
-            for k in ("minutes", "verdict_minutes"))
+    if kept:  # the minutes of the kept runs that are not in this checkout (run elsewhere)
+        local = dict(kept, runs=[x for x in kept["runs"] if os.path.exists(os.path.join(ROOT, x))],
+                     minutes_kept=0.0, verdict_minutes_kept=0.0)
+        result["minutes_kept"] = max(0.0, kept.get("minutes", 0.0) - minutes([local]))
+        result["verdict_minutes_kept"] = max(0.0, kept.get("verdict_minutes", 0.0)
+                                             - minutes([verdict_runs(cid, local, args)]))
     result["primary"], result["commit"] = primary_of(cid, result), here
     result["verdict"] = result["primary"]["verdict"]
     if cid in EARLIER_CLAIMS:  # and under the rule these contrasts were registered with

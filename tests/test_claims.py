@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 
 import pytest
@@ -179,6 +180,37 @@ def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch, 
     r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args),
                                                             "seeds": [0, 1, 2, 3, 4, 5]}))
     assert r["seeds"] == [0, 1, 2, 3, 4, 5] and set(r["seed_commits"].values()) == {"new"}
+
+
+def test_added_seeds_count_the_kept_minutes_of_runs_not_in_this_checkout(tmp_path, monkeypatch):
+    """A kept result whose runs are partly here (a shared run made again in this checkout) keeps
+    the minutes of the others: the claim's minutes are the kept ones less those of the kept runs
+    here, plus every record here, each once. Counting only the records here, or the kept minutes
+    as well as the records, fails."""
+    monkeypatch.setattr(claims, "ROOT", str(tmp_path))
+    monkeypatch.setattr(claims, "ARCHIVE", str(tmp_path / "kept"))
+    (tmp_path / "kept").mkdir()
+    args = argparse.Namespace(out=str(tmp_path / "runs" / "claims"), skip_probes=True, jobs=1,
+                              quick=False, seeds=[0, 1, 2])
+
+    def fake_run(script, flags, out, seed, args, cid="", arm=""):  # 2 minutes a run
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "usage.json"), "w") as f:
+            json.dump({"wall_s": 120}, f)
+        return out
+    monkeypatch.setattr(claims, "run", fake_run)
+    monkeypatch.setattr(claims, "figures", lambda path: {
+        "acc": 10.0, "area": 10.0 + ("b0.02" in path), "kl": 1.0, "start": 5.0, "curve": [],
+        "steps": 9, "pass": 0.0, "peak": 10.0})
+    monkeypatch.setattr(claims.lab, "commit", lambda: "c")
+    first = claims.run_claim("agro-fig6", args)
+    assert first["minutes"] == pytest.approx(2 * len(first["runs"]))
+    gone = [x for x in first["runs"] if not x.endswith("-s0")]  # run elsewhere: not here now
+    for x in gone:
+        shutil.rmtree(tmp_path / x)
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [3]}))
+    assert r["minutes_kept"] == pytest.approx(2 * len(gone))
+    assert r["minutes"] == pytest.approx(2 * len(r["runs"]))  # the kept, then the new seed's
 
 
 def test_an_arm_added_to_a_claim_runs_alone_beside_the_kept_arms(tmp_path, monkeypatch,
@@ -722,7 +754,6 @@ def test_a_forbidden_expression_is_refused_with_one_line_naming_the_claim(text):
 
 
 def test_a_claim_file_with_a_bad_expression_or_key_stops_the_load_naming_it(tmp_path):
-    import shutil
     import claims_registry
     folder = tmp_path / "registry"
     shutil.copytree(claims_registry.REGISTRY, folder)
