@@ -124,6 +124,23 @@ def real_cpu_flags(script: str, flags: list[str], cid: str, arm: str = "") -> li
     return out + (["--lr", lr] if lr else [])
 
 
+def each_flag_once(cmd: list[str]) -> list[str]:
+    """A command as its script's parser reads it, each flag once: a flag given again (an arm's
+    override, the --real-cpu flags last) keeps its first place and takes its last value."""
+    out, place, i = [], {}, 0
+    while i < len(cmd):
+        has_value = cmd[i].startswith("--") and cmd[i + 1:i + 2] != [] and \
+            not cmd[i + 1].startswith("--")
+        item = cmd[i:i + 1 + has_value]
+        if cmd[i] in place:
+            out[place[cmd[i]]] = item
+        else:
+            place.update({cmd[i]: len(out)} if cmd[i].startswith("--") else {})
+            out.append(item)
+        i += len(item)
+    return [x for item in out for x in item]
+
+
 def dry_run(ids: list[str], args) -> list[str]:
     """Every arm's command of these claims for every seed, run from the repository, nothing run;
     {pool} and the like name the files a run composes first (pool_files, spo_offline)."""
@@ -131,7 +148,8 @@ def dry_run(ids: list[str], args) -> list[str]:
     if any(x.startswith(("{pool", "{pos", "{d")) for cid in ids
            for arm in CLAIMS[cid]["arms"].values() for x in arm.flags):
         lines += ["# POOL, first: the start model's samples, one file a seed (pool_files)"]
-        lines += [" ".join(["python", *command("topr.py", POOL, s, args, "pool")[1:]])
+        lines += [" ".join(["python", *each_flag_once(command("topr.py", POOL, s, args,
+                                                              "pool"))[1:]])
                   for s in args.seeds]
     for cid in ids:
         for name, arm in CLAIMS[cid]["arms"].items():
@@ -140,9 +158,8 @@ def dry_run(ids: list[str], args) -> list[str]:
             shared = CLAIMS[cid].get("shared", {}).get(name)
             lines += [f"# {cid} / {name} ({label(arm)})"
                       + (f": the runs of {shared}" if shared else "")]
-            lines += [" ".join(["python", *command(arm.script, arm.flags, s, args, cid,
-                                                   name)[1:]])
-                      for s in args.seeds]
+            lines += [" ".join(["python", *each_flag_once(command(
+                arm.script, arm.flags, s, args, cid, name))[1:]]) for s in args.seeds]
     return lines
 
 

@@ -411,12 +411,25 @@ def test_the_dry_run_prints_every_arms_command_for_a_real_model_and_each_parses(
     assert len(commands) == 2 * (1 + sum(len(claims.CLAIMS[c]["arms"]) for c in runnable))
     for cid, script, *flags in commands:
         assert flags[:4] == ["--model", "smollm2", "--seed", flags[3]], flags
+        named = [x for x in flags if x.startswith("--")]
+        assert len(named) == len(set(named)), flags  # each flag once (each_flag_once)
         module = importlib.import_module(script[:-3])
         parser, args = module.parse_args(flags)
         if cid.startswith(("topr", "pool")):  # [TOPR] §4.2's lr and length win over tiny's
             assert (args.lr, args.max_new_tokens) == (5e-7, 512)
         if script == "spo.py":
             assert (args.lr, args.q0_samples) == (6e-8, 800)
+
+
+def test_a_command_with_each_flag_once_parses_as_the_command_it_was():
+    """each_flag_once keeps a repeated flag at its first place with its last value, a negative
+    value and a flag without one as they are: the script's parser reads the same settings."""
+    cmd = ["topr.py", "--lr", "5e-5", "--c", "-0.8", "--bf16", "--batch-size", "64",
+           "--lr", "1e-5", "--c", "-1", "--bf16", "--eval-every", "16"]
+    short = claims.each_flag_once(cmd)
+    assert short == ["topr.py", "--lr", "1e-5", "--c", "-1", "--bf16", "--batch-size", "64",
+                     "--eval-every", "16"]
+    assert vars(topr.parse_args(short[1:])[1]) == vars(topr.parse_args(cmd[1:])[1])
 
 
 def test_the_doc_shows_the_primary_verdict_its_margin_the_departures_and_the_earlier_rule(
