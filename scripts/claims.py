@@ -129,8 +129,8 @@ def each_flag_once(cmd: list[str]) -> list[str]:
     override, the --real-cpu flags last) keeps its first place and takes its last value."""
     out, place, i = [], {}, 0
     while i < len(cmd):
-        has_value = cmd[i].startswith("--") and cmd[i + 1:i + 2] != [] and \
-            not cmd[i + 1].startswith("--")
+        has_value = (cmd[i].startswith("--") and i + 1 < len(cmd)
+                     and not cmd[i + 1].startswith("--"))
         item = cmd[i:i + 1 + has_value]
         if cmd[i] in place:
             out[place[cmd[i]]] = item
