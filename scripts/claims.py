@@ -1,8 +1,10 @@
-"""The papers' headline claims in miniature: each run like for like from one start model, 3 seeds,
-a verdict by one rule; writes docs/CLAIMS.md and its plots (docs/CLAIMS-<claim>.png).
+"""The papers' headline claims in miniature: each run like for like from one start model, 3 seeds
+(more added later with --seeds), a verdict by one rule; writes docs/CLAIMS.md and its plots
+(docs/CLAIMS-<claim>.png).
 
     python scripts/claims.py all --sft runs/sft-countdown/final        # every claim, 2 cores
     python scripts/claims.py topr-fig5 --sft runs/sft-countdown/final  # one claim
+    python scripts/claims.py topr-fig5 --sft runs/sft-countdown/final --seeds 3,4  # 2 more seeds
     python scripts/claims.py all --quick --sft runs/sft-countdown/final   # smoke run, ~8 min
     python scripts/claims.py all --sft runs/real-model/sft/final --real-cpu --dry-run  # SmolLM2
 
