@@ -129,15 +129,16 @@ def real_cpu_flags(script: str, flags: list[str], cid: str, arm: str = "") -> li
 def each_flag_once(cmd: list[str]) -> list[str]:
     """A command as its script's parser reads it, each flag once: a flag given again (an arm's
     override, the --real-cpu flags last) keeps its first place and takes its last value."""
-    out, place, i = [], {}, 0
+    out, place, i = [], {}, 0  # out: [flag, value] or [flag] or [word]; place: flag -> index
     while i < len(cmd):
-        has_value = (cmd[i].startswith("--") and i + 1 < len(cmd)
-                     and not cmd[i + 1].startswith("--"))
+        flag = cmd[i].startswith("--")
+        has_value = flag and i + 1 < len(cmd) and not cmd[i + 1].startswith("--")
         item = cmd[i:i + 1 + has_value]
-        if cmd[i] in place:
+        if flag and cmd[i] in place:
             out[place[cmd[i]]] = item
         else:
-            place.update({cmd[i]: len(out)} if cmd[i].startswith("--") else {})
+            if flag:
+                place[cmd[i]] = len(out)
             out.append(item)
         i += len(item)
     return [x for item in out for x in item]
