@@ -180,9 +180,10 @@ def flag_of(flags: list[str], name: str, default=None):
 
 def real_cpu_minutes(cid: str, args) -> float:
     """A claim's estimated minutes under --real-cpu for args.seeds, one run at a time on 2 cores:
-    each arm's optimizer steps x its script's seconds a step, its evaluations (and KL measured at
-    each where beta > 0), its sampling; POOL once a seed; the final evaluations (REAL_CPU["cost"],
-    from docs/REAL-MODEL.md). A rough figure, from the flags alone."""
+    each arm's start, its optimizer steps x its script's seconds a step, its evaluations (and KL
+    measured at each where beta > 0), its sampling; POOL once a seed; the final evaluations
+    (REAL_CPU["cost"], from docs/REAL-MODEL.md and the claims' runs). A rough figure, from the
+    flags alone."""
     c, total = REAL_CPU["cost"], 0.0
     p = c["positives"]  # the start model's share of correct samples
     pool_n = 8 * int(flag_of(REAL_CPU["pool"]["flags"], "prompts"))
@@ -223,8 +224,8 @@ def real_cpu_minutes(cid: str, args) -> float:
         every = int(flag_of(f, "eval-every", 0))
         evals = 1 + (math.ceil(steps / every) if every else 1)
         kl = c["kl_eval_min"] if arm.script in ("rloo.py", "agro.py") and beta > 0 else 0
-        total += steps * c["step_s"][arm.script] / 60 + evals * (c["eval_min"] + kl) \
-            + sampled * c["sample_s"] / 60
+        total += c["run_min"] + steps * c["step_s"][arm.script] / 60 \
+            + evals * (c["eval_min"] + kl) + sampled * c["sample_s"] / 60
     if any(x.startswith(("{pool", "{pos", "{d")) for arm in arms.values() for x in arm.flags):
         total += pool_n * c["sample_s"] / 60
     kind = CLAIMS[cid].get("evaluate")
@@ -410,7 +411,11 @@ def run_claim(cid: str, args) -> dict:
                          if v.role != "probe" or a in needed}
         claim["contrasts"] = [c for c in claim["contrasts"] if c[2:] != ("probe",)]
     os.makedirs(claim_dir, exist_ok=True)
-    commands = {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}
+    # each arm's command as its result keeps it: --real-cpu's flags too, so that a run adding
+    # seeds to a kept --real-cpu result compares like with like
+    commands = {a: [arm.script, *arm.flags, *(real_cpu_flags(arm.script, arm.flags, cid, a)
+                                              if real(args) else [])]
+                for a, arm in claim["arms"].items()}
     kept = kept_result(cid, commands, args)  # sessions add seeds and arms rather than redo them
     if getattr(args, "arms", None):  # these arms alone, beside the kept result's others
         claim["arms"] = {a: claim["arms"][a] for a in args.arms}
@@ -500,11 +505,9 @@ def run_claim(cid: str, args) -> dict:
             [c["verdict"] for c in contrasts if not c["probe"]])
     result["minutes"] = minutes([result])  # the claim alone, its shared runs included
     result["verdict_minutes"] = minutes([verdict_runs(cid, result, args)])
-    lab.write_json(os.path.join(claim_dir, "result.json"), result)
     if real(args):  # --real-cpu's runs: what was scaled, kept apart from the tiny results
-        result.update(real_cpu=True, sizes=list(sizes_of(args)), commands={
-            a: [arm.script, *arm.flags, *real_cpu_flags(arm.script, arm.flags, cid, a)]
-            for a, arm in claim["arms"].items()})
+        result.update(real_cpu=True, sizes=list(sizes_of(args)))
+    lab.write_json(os.path.join(claim_dir, "result.json"), result)
     if not args.quick:  # kept in git: --render-only rebuilds the doc on a clean checkout
         lab.write_json(os.path.join(archive(args), f"{cid}.json"), result)
     print(f"[claims] {cid}: {result['verdict']} ({result['minutes']:.0f} min)", flush=True)
@@ -655,12 +658,13 @@ def composed(cid: str, results: dict) -> dict | None:
     shared = claim.get("shared", {})
     if not claim.get("runs", True) or set(shared) != set(claim["arms"]):
         return None
-    figures, sources = {}, {}
+    figures, sources, commands = {}, {}, {}
     for arm, where in shared.items():
         other, name = where.split("/", 1)
         r = results.get(other)
         if r is None or r["quick"] or name not in r["commands"]:
             return None
+        commands[arm] = r["commands"][name]  # the runs' command, --real-cpu's flags included
         seeds = r["seeds"] if seeds is None else [s for s in seeds if s in r["seeds"]]
         sources[other] = r.get("commit", "?")
         for s in r["seeds"]:
@@ -671,7 +675,7 @@ def composed(cid: str, results: dict) -> dict | None:
     return {"claim": cid, "seeds": seeds, "quick": False, "runs": [], "jobs": 1,
             "figures": figures, "p": {}, "contrasts": contrasts, "minutes": 0.0,
             "verdict_minutes": 0.0, "composed_from": sources,
-            "commands": {a: [arm.script, *arm.flags] for a, arm in claim["arms"].items()}}
+            "commands": {a: commands[a] for a in claim["arms"]}}
 
 
 def seed_figures(r: dict, seed) -> dict:
@@ -871,7 +875,7 @@ def arm_table(cid: str, r: dict) -> list[str]:
         lines.append(f"| {arm} ({role}) | " + " | ".join(
             ms([get(r["figures"][s][arm], k) for s in ran], digits * (k == "score") or 1)
             for _, k in cols)
-            + f" | {r['figures'][ran[0]][arm]['steps']} | `{' '.join(cmd)}` |")
+            + f" | {r['figures'][ran[0]][arm]['steps']} | `{' '.join(each_flag_once(cmd))}` |")
     return lines
 
 

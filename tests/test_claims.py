@@ -182,6 +182,32 @@ def test_a_run_of_new_seeds_adds_them_to_the_kept_result(tmp_path, monkeypatch, 
     assert r["seeds"] == [0, 1, 2, 3, 4, 5] and set(r["seed_commits"].values()) == {"new"}
 
 
+def test_real_cpu_seeds_add_to_a_kept_real_cpu_result_whose_commands_hold_its_flags(
+        tmp_path, monkeypatch):
+    """--real-cpu --seeds 1 adds to a kept --real-cpu result: each arm's kept command is the one
+    that ran, --real-cpu's flags included, in the run's result.json and the kept copy alike, so
+    the next run compares like with like (before: the kept copy held them, the new run's
+    command did not, and every added seed was refused)."""
+    monkeypatch.setattr(claims, "ROOT", str(tmp_path))
+    monkeypatch.setattr(claims, "run", lambda *a, **k: None)
+    monkeypatch.setattr(claims, "figures", lambda path: {
+        "acc": 10.0, "area": 10.0 + ("b0.02" in path), "kl": 1.0, "start": 5.0, "curve": [],
+        "steps": 9, "pass": 0.0, "peak": 10.0})
+    monkeypatch.setattr(claims.lab, "commit", lambda: "c")
+    args = argparse.Namespace(out=str(tmp_path / "runs"), skip_probes=True, jobs=1, quick=False,
+                              seeds=[0], real_cpu=True, sft="START")
+    first = claims.run_claim("agro-fig6", args)
+    kept_path = tmp_path / claims.REAL_CPU["archive"] / "agro-fig6.json"
+    kept = json.loads(kept_path.read_text())
+    own = json.loads((tmp_path / "runs" / "agro-fig6" / "result.json").read_text())
+    assert kept["commands"] == own["commands"] == first["commands"]
+    arm = claims.CLAIMS["agro-fig6"]["arms"]["b0.5"]
+    assert kept["commands"]["b0.5"] == [arm.script, *arm.flags, *claims.real_cpu_flags(
+        arm.script, arm.flags, "agro-fig6", "b0.5")]
+    r = claims.run_claim("agro-fig6", argparse.Namespace(**{**vars(args), "seeds": [1]}))
+    assert r["seeds"] == [0, 1] and r["real_cpu"] is True
+
+
 def test_added_seeds_count_the_kept_minutes_of_runs_not_in_this_checkout(tmp_path, monkeypatch):
     """A kept result whose runs are partly here (a shared run made again in this checkout) keeps
     the minutes of the others: the claim's minutes are the kept ones less those of the kept runs
