@@ -208,6 +208,28 @@ def test_real_cpu_seeds_add_to_a_kept_real_cpu_result_whose_commands_hold_its_fl
     assert r["seeds"] == [0, 1] and r["real_cpu"] is True
 
 
+def test_every_kept_result_ran_each_arm_as_the_registry_gives_it_now():
+    """Each arm of every kept result (docs/claims/, and --real-cpu's with its flags) holds the
+    command its claim's registry gives now: the figures in the docs are the registered arms',
+    and --seeds can add to every one of them. An arm's flags changed in the registry without
+    its runs fails here, not in a session's run hours later."""
+    folders = [(claims.ARCHIVE, False), (os.path.join(claims.ROOT, claims.REAL_CPU["archive"]),
+                                         True)]
+    checked = 0
+    for folder, real in folders:
+        for name in sorted(os.listdir(folder)):
+            cid = name[:-len(".json")]
+            if not name.endswith(".json") or cid not in claims.CLAIMS:  # earlier-*.json
+                continue
+            kept = json.loads(open(os.path.join(folder, name)).read())
+            for a, cmd in kept["commands"].items():
+                arm = claims.CLAIMS[cid]["arms"][a]
+                extra = claims.real_cpu_flags(arm.script, arm.flags, cid, a) if real else []
+                assert cmd == [arm.script, *arm.flags, *extra], (cid, a, real)
+                checked += 1
+    assert checked >= 90  # every kept arm was read: 92 in 21 tiny and 2 SmolLM2 results now
+
+
 def test_added_seeds_count_the_kept_minutes_of_runs_not_in_this_checkout(tmp_path, monkeypatch):
     """A kept result whose runs are partly here (a shared run made again in this checkout) keeps
     the minutes of the others: the claim's minutes are the kept ones less those of the kept runs
