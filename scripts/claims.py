@@ -126,6 +126,14 @@ def real_cpu_flags(script: str, flags: list[str], cid: str, arm: str = "") -> li
     return out + (["--lr", lr] if lr else [])
 
 
+def kept_command(cid: str, name: str, real_cpu: bool) -> list[str]:
+    """An arm's command as its result keeps it: its script and flags, --real-cpu's flags after
+    them under --real-cpu (without --model and --seed, which every run adds)."""
+    arm = CLAIMS[cid]["arms"][name]
+    return [arm.script, *arm.flags, *(real_cpu_flags(arm.script, arm.flags, cid, name)
+                                      if real_cpu else [])]
+
+
 def each_flag_once(cmd: list[str]) -> list[str]:
     """A command as its script's parser reads it, each flag once: a flag given again (an arm's
     override, the --real-cpu flags last) keeps its first place and takes its last value."""
@@ -411,11 +419,8 @@ def run_claim(cid: str, args) -> dict:
                          if v.role != "probe" or a in needed}
         claim["contrasts"] = [c for c in claim["contrasts"] if c[2:] != ("probe",)]
     os.makedirs(claim_dir, exist_ok=True)
-    # each arm's command as its result keeps it: --real-cpu's flags too, so that a run adding
-    # seeds to a kept --real-cpu result compares like with like
-    commands = {a: [arm.script, *arm.flags, *(real_cpu_flags(arm.script, arm.flags, cid, a)
-                                              if real(args) else [])]
-                for a, arm in claim["arms"].items()}
+    # --real-cpu's flags included, so that added seeds compare like with like (kept_result)
+    commands = {a: kept_command(cid, a, real(args)) for a in claim["arms"]}
     kept = kept_result(cid, commands, args)  # sessions add seeds and arms rather than redo them
     if getattr(args, "arms", None):  # these arms alone, beside the kept result's others
         claim["arms"] = {a: claim["arms"][a] for a in args.arms}
